@@ -1,0 +1,212 @@
+"""JSON codecs for experience values: primitives, bytes, lists/tuples, mappings, tensors, allowlisted dataclasses.
+
+Every JSON object in an encoded value carries a ``"$"`` tag, so plain lists and primitives stay plain and the
+decoder never guesses. Tensors are raw little-endian bytes in base64 with dtype and shape: compact and fast, and
+never nested number lists. Nothing here imports a class named in a file or unpickles anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import math
+import sys
+import types
+from typing import Any
+
+from .errors import ExperienceError
+
+MAX_DEPTH = 100
+
+# dtype name -> (numpy little-endian dtype string or None, item size, floating)
+_DTYPES = {
+    "float64": ("<f8", 8, True), "float32": ("<f4", 4, True), "float16": ("<f2", 2, True),
+    "bfloat16": ("<i2", 2, True), "int64": ("<i8", 8, False), "int32": ("<i4", 4, False),
+    "int16": ("<i2", 2, False), "int8": ("|i1", 1, False), "uint8": ("|u1", 1, False), "bool": ("|b1", 1, False),
+}
+
+
+def is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+class Encoder:
+    """Encodes values with an allowlist of dataclass codecs (``{"record-v1": Record}``)."""
+
+    def __init__(self, codecs: dict | None):
+        self.tags = {}
+        for tag, cls in (codecs or {}).items():
+            if not isinstance(tag, str) or not tag or not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
+                raise ExperienceError(f"codec {tag!r} must map a nonempty string tag to a dataclass type")
+            self.tags[cls] = tag
+
+    def encode(self, value: Any, where: str, depth: int = 0) -> Any:
+        if depth > MAX_DEPTH:
+            raise ExperienceError(f"{where}: value is nested more than {MAX_DEPTH} levels deep")
+        if value is None or isinstance(value, (bool, int, str)):
+            return value
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ExperienceError(f"{where}: non-finite float {value!r} cannot be saved")
+            return value
+        if isinstance(value, list):
+            return [self.encode(v, where, depth + 1) for v in value]
+        if isinstance(value, tuple) and not hasattr(value, "_fields"):
+            return {"$": "tuple", "items": [self.encode(v, where, depth + 1) for v in value]}
+        if isinstance(value, (dict, types.MappingProxyType)):
+            return {"$": "dict", "items": [[self.encode(k, where, depth + 1), self.encode(v, where, depth + 1)]
+                                           for k, v in value.items()]}
+        if isinstance(value, (bytes, bytearray)):
+            return {"$": "bytes", "b64": base64.b64encode(bytes(value)).decode("ascii")}
+        if is_tensor(value):
+            return encode_tensor(value, where)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            tag = self.tags.get(type(value))
+            if tag is None:
+                raise ExperienceError(
+                    f"{where}: dataclass {type(value).__qualname__} has no codec; pass "
+                    f"codecs={{'<tag>': {type(value).__name__}}} to save and load"
+                )
+            fields = {f.name: self.encode(getattr(value, f.name), where, depth + 1)
+                      for f in dataclasses.fields(value)}
+            return {"$": "dataclass", "codec": tag, "fields": fields}
+        raise ExperienceError(f"{where}: unsupported value of type {type(value).__qualname__} (opaque objects cannot be saved)")
+
+
+class Decoder:
+    """Decodes values produced by ``Encoder``; every problem is an ``ExperienceError`` naming it."""
+
+    def __init__(self, codecs: dict | None):
+        self.codecs = dict(codecs or {})
+
+    def decode(self, data: Any, where: str, depth: int = 0, node=None) -> Any:
+        """``node`` decodes tagged argument-tree nodes (refs, roots); plain values reject them."""
+        if depth > MAX_DEPTH:
+            raise ExperienceError(f"{where}: value is nested more than {MAX_DEPTH} levels deep")
+        if data is None or isinstance(data, (bool, int, str)):
+            return data
+        if isinstance(data, float):
+            if not math.isfinite(data):
+                raise ExperienceError(f"{where}: non-finite number")
+            return data
+        if isinstance(data, list):
+            return [self.decode(v, where, depth + 1, node) for v in data]
+        if not isinstance(data, dict):
+            raise ExperienceError(f"{where}: unexpected JSON value {type(data).__name__}")
+        tag = data.get("$")
+        if tag == "tuple":
+            _keys(data, {"$", "items"}, where)
+            return tuple(self.decode(v, where, depth + 1, node) for v in _list(data["items"], where))
+        if tag == "dict":
+            _keys(data, {"$", "items"}, where)
+            out = {}
+            for pair in _list(data["items"], where):
+                if not isinstance(pair, list) or len(pair) != 2:
+                    raise ExperienceError(f"{where}: mapping items must be [key, value] pairs")
+                key = self.decode(pair[0], where, depth + 1)
+                try:
+                    out[key] = self.decode(pair[1], where, depth + 1, node)
+                except TypeError as exc:
+                    raise ExperienceError(f"{where}: unhashable mapping key") from exc
+            return out
+        if tag == "bytes":
+            _keys(data, {"$", "b64"}, where)
+            return _b64(data["b64"], where)
+        if tag == "tensor":
+            return decode_tensor(data, where)
+        if tag == "dataclass":
+            _keys(data, {"$", "codec", "fields"}, where)
+            cls = self.codecs.get(data["codec"])
+            if cls is None:
+                raise ExperienceError(
+                    f"{where}: dataclass codec {data['codec']!r} is not in the allowlist (codecs={sorted(self.codecs)})"
+                )
+            fields = data["fields"]
+            if not isinstance(fields, dict):
+                raise ExperienceError(f"{where}: dataclass fields must be a mapping")
+            names = {f.name for f in dataclasses.fields(cls)}
+            if set(fields) != names:
+                raise ExperienceError(f"{where}: codec {data['codec']!r} fields {sorted(fields)} != {sorted(names)}")
+            values = {k: self.decode(v, where, depth + 1, node) for k, v in fields.items()}
+            try:
+                return cls(**values)
+            except (TypeError, ValueError) as exc:
+                raise ExperienceError(f"{where}: codec {data['codec']!r} rejected its fields: {exc}") from exc
+        if node is not None and tag in ("ref", "root"):
+            return node(data, where)
+        raise ExperienceError(f"{where}: unknown codec tag {tag!r}")
+
+
+def encode_tensor(tensor, where: str) -> dict:
+    torch = sys.modules["torch"]
+    if tensor.layout != torch.strided:
+        raise ExperienceError(f"{where}: sparse tensors cannot be saved; make it dense with `.to_dense()`")
+    if tensor.is_complex():
+        raise ExperienceError(f"{where}: complex tensors cannot be saved")
+    name = str(tensor.dtype).removeprefix("torch.")
+    if name not in _DTYPES:
+        raise ExperienceError(f"{where}: tensor dtype {name} is not supported ({', '.join(_DTYPES)})")
+    data = tensor.detach()
+    if data.is_floating_point() and not bool(torch.isfinite(data).all()):
+        raise ExperienceError(f"{where}: tensor holds non-finite values (NaN or infinity)")
+    data = data.to("cpu").contiguous()
+    if name == "bfloat16":
+        data = data.view(torch.int16)
+    raw = data.numpy().astype(_DTYPES[name][0], copy=False).tobytes()
+    return {"$": "tensor", "dtype": name, "shape": list(tensor.shape), "b64": base64.b64encode(raw).decode("ascii")}
+
+
+def decode_tensor(data: dict, where: str):
+    _keys(data, {"$", "dtype", "shape", "b64"}, where)
+    name, shape = data["dtype"], data["shape"]
+    if isinstance(name, str) and name.startswith("complex"):
+        raise ExperienceError(f"{where}: complex tensor payloads are unsupported")
+    if name not in _DTYPES:
+        raise ExperienceError(f"{where}: unknown tensor dtype {name!r}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise ExperienceError(f"{where}: tensor shape must be a list of nonnegative integers")
+    if len(shape) > 32:
+        raise ExperienceError(f"{where}: tensor has too many dimensions")
+    raw = _b64(data["b64"], where)
+    numpy_dtype, size, floating = _DTYPES[name]
+    count = math.prod(shape)
+    if len(raw) != count * size:
+        raise ExperienceError(f"{where}: tensor of shape {shape} {name} needs {count * size} bytes, payload has {len(raw)}")
+    try:
+        import numpy
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ExperienceError(f"{where}: decoding tensors needs the vec extra (pip install 'tensorcode[vec]')") from exc
+    array = numpy.frombuffer(raw, dtype=numpy_dtype)
+    if name == "bool" and raw and max(raw) > 1:
+        raise ExperienceError(f"{where}: bool tensor payload holds values other than 0 and 1")
+    tensor = torch.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=True)).reshape(shape)
+    if name == "bfloat16":
+        tensor = tensor.view(torch.bfloat16)
+    if floating and not bool(torch.isfinite(tensor).all()):
+        raise ExperienceError(f"{where}: tensor payload holds non-finite values (NaN or infinity)")
+    return tensor
+
+
+def _b64(text: Any, where: str) -> bytes:
+    if not isinstance(text, str):
+        raise ExperienceError(f"{where}: base64 payload must be a string")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ExperienceError(f"{where}: invalid base64 payload ({exc})") from exc
+
+
+def _keys(data: dict, expected: set, where: str) -> None:
+    if set(data) != expected:
+        raise ExperienceError(
+            f"{where}: {data.get('$')!r} entry has fields {sorted(data)}, expected {sorted(expected)}"
+        )
+
+
+def _list(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise ExperienceError(f"{where}: expected a list")
+    return value

@@ -1,0 +1,459 @@
+"""``Trace``: a record of captured calls, their roots and supervision, that can be saved and replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import _tracing
+from ._operations import EXTERNAL, PURE, Operation
+from ._refs import InputRef, OutputRef
+from ._tracing import CANCELLED, FAILED, OK, Call, Example, Ref, Root, Supervision
+from .errors import TraceError
+
+_SCALARS = _tracing._SCALARS
+_CONTAINERS = (list, tuple, dict, types.MappingProxyType)
+
+
+def trace() -> Trace:
+    """Open a capture session: ``with trace() as session: ...``."""
+    return Trace()
+
+
+class Trace:
+    """Captured calls (``calls``), external roots (``inputs``) and supervision records (``supervisions``).
+
+    Use it as a context manager to capture; after the block closes it can still be inspected, supervised,
+    saved and replayed, but no new call can be captured into it.
+    """
+
+    def __init__(self):
+        self.calls: list[Call] = []
+        self.supervisions: list[Supervision] = []
+        self._roots: list = []
+        self._by_id: dict[int, tuple[int, tuple]] = {}
+        self._producers: dict[int, set] = {}
+        self._stamps: list[tuple[int, Any, tuple]] = []
+        self._pending = 0
+        self._closed = False
+        self._released = False
+        self._entered = False
+        self._hooked = False
+        self._token = None
+
+    # -- context manager ---------------------------------------------------------------------------------------
+    def __enter__(self) -> Trace:
+        if self._entered:
+            raise TraceError("a trace can be entered only once; open a new one with trace()")
+        self._entered = True
+        self._hooked = _tracing.install_module_hook()
+        self._token = _tracing._STATE.set((self, 0))
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            _tracing._STATE.reset(self._token)
+        finally:
+            self._closed = True
+            if self._hooked:
+                self._hooked = False
+                _tracing.remove_module_hook()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    @property
+    def inputs(self) -> list[InputRef]:
+        """The external roots, in the order they were first used."""
+        return [InputRef(i) for i in range(len(self._roots))]
+
+    def value(self, ref: InputRef | OutputRef):
+        """The snapshotted value of a root, or the live value of a captured output."""
+        if isinstance(ref, InputRef):
+            self._check_root(ref)
+            return self._roots[ref.index]
+        ref = self.ref(ref)
+        return _tracing.extract(self.calls[ref.call].value, ref.path)
+
+    # -- references and supervision ----------------------------------------------------------------------------
+    def ref(self, output) -> OutputRef:
+        """An ``OutputRef`` for a captured output found by identity (or a validated copy of a given ref)."""
+        self._check_pending("reference outputs")
+        if isinstance(output, OutputRef):
+            self._check_output_ref(output)
+            return output
+        if self._released:
+            raise TraceError(
+                "this trace has been released: identity lookup is unavailable; use a preserved OutputRef, "
+                "session.calls[i].output or supervision.output"
+            )
+        if isinstance(output, _SCALARS):
+            raise TraceError(
+                f"a {type(output).__name__} cannot be referenced by identity; use session.calls[index].output"
+            )
+        hit = self._by_id.get(id(output))
+        if hit is None:
+            raise TraceError("this object is not a captured output of this trace")
+        producers = self._producers.get(id(output))
+        if producers and len(producers) > 1:
+            raise TraceError(
+                f"ambiguous alias: the object is an output of calls {sorted(producers)}; "
+                "use session.calls[index].output to choose one"
+            )
+        return OutputRef(*hit)
+
+    def supervise(self, output_or_ref, target, *, loss: str = "cross_entropy", source: str = "human") -> Supervision:
+        """Record explicit feedback: ``target`` (snapshotted) for a captured output, with its provenance."""
+        source = _check_source(source)
+        if not isinstance(loss, str) or not loss:
+            raise ValueError(f"loss must be a nonempty loss name, got {loss!r}")
+        ref = self.ref(output_or_ref)
+        if not self._released and self._links(target):
+            raise ValueError("target must be explicit feedback, not a captured output of this trace")
+        record = Supervision(output=ref, target=_tracing.snapshot(target), loss=loss, source=source)
+        self.supervisions.append(record)
+        return record
+
+    def example(self, target) -> Example:
+        """The dependency closure of ``target`` (call indices, ascending) and its external roots."""
+        ref = self.ref(target)
+        closure = self._closure([ref.call])
+        roots = sorted({r for i in closure for r in self.calls[i].roots})
+        return Example(target=ref, calls=tuple(closure), roots=tuple(InputRef(r) for r in roots))
+
+    # -- replay ------------------------------------------------------------------------------------------------
+    def replay(self, target, *, inputs: Mapping | None = None, boundary: str = "error"):
+        """Recompute ``target`` from the roots with current parameters.
+
+        External effects are refused unless ``boundary='recorded'``, which uses their detached recorded
+        results. ``inputs`` maps ``InputRef`` to replacement values; a replacement cannot cross a recorded
+        boundary.
+        """
+        ref = self.ref(target)
+        return self._evaluate([ref], inputs=inputs, boundary=boundary)[0]
+
+    def _evaluate(self, refs: list[OutputRef], *, inputs: Mapping | None = None, boundary: str = "error",
+                  adapt: Callable | None = None) -> list:
+        if boundary not in ("error", "recorded"):
+            raise ValueError(f"boundary must be 'error' or 'recorded', got {boundary!r}")
+        self._check_pending("replay")
+        targets = [r.call for r in refs]
+        closure = self._closure(targets)
+        for i in closure:
+            call = self.calls[i]
+            if call.status != OK:
+                raise TraceError(f"call {i} ({call.name}) {call.status} and cannot be replayed: {call.error}")
+            if call.kind == EXTERNAL and boundary == "error":
+                raise TraceError(
+                    f"replay reaches external effect call {i} ({call.name}); pass boundary='recorded' to use its "
+                    "recorded result instead of invoking it"
+                )
+        roots = list(self._roots)
+        if inputs:
+            replaced = set()
+            for key, value in inputs.items():
+                if not isinstance(key, InputRef):
+                    raise TypeError(f"replacement inputs are keyed by InputRef, got {key!r}")
+                self._check_root(key)
+                roots[key.index] = value
+                replaced.add(key.index)
+            for i in closure:
+                if self.calls[i].kind == EXTERNAL:
+                    crossing = replaced & self._root_closure(i)
+                    if crossing:
+                        raise TraceError(
+                            f"replacement input {sorted(crossing)[0]} cannot cross recorded boundary call {i} "
+                            f"({self.calls[i].name}): its recorded result was produced from the original input"
+                        )
+        if adapt is not None:
+            roots = [adapt(r) for r in roots]
+        uses = dict.fromkeys(closure, 0)
+        for i in closure:
+            for d in self.calls[i].dependencies:
+                uses[d] += 1
+        keep = set(targets)
+        values: dict[int, Any] = {}
+        token = _tracing._STATE.set(_tracing._SUPPRESSED)
+        try:
+            for i in closure:
+                call = self.calls[i]
+                if call.kind == EXTERNAL:
+                    values[i] = adapt(call.recorded) if adapt is not None else call.recorded
+                else:
+                    args = _tracing.build(call.arg_tree, values, roots)
+                    kwargs = _tracing.build(call.kwarg_tree, values, roots)
+                    values[i] = _invoke(call.op, args, kwargs)
+                for d in call.dependencies:
+                    uses[d] -= 1
+                    if not uses[d] and d not in keep:
+                        del values[d]
+        finally:
+            _tracing._STATE.reset(token)
+        return [_tracing.extract(values[r.call], r.path) for r in refs]
+
+    # -- release and save --------------------------------------------------------------------------------------
+    def validate(self, *, persist: bool = False) -> None:
+        """Check the whole trace: no pending async work, no mutated intermediate, and (to persist) no failure."""
+        self._check_pending("release or save")
+        if persist:
+            for call in self.calls:
+                if call.status != OK:
+                    raise TraceError(
+                        f"call {call.index} ({call.name}) {call.status} and cannot be persisted as valid "
+                        f"experience: {call.error}"
+                    )
+        for call_index, value, stamp in self._stamps:
+            if _tracing._stamp(value) != stamp:
+                raise TraceError(f"output of call {call_index} ({self.calls[call_index].name}) was mutated after capture")
+
+    def release(self) -> None:
+        """Drop live results, autograd graphs, identity lookups and stamps after validating the whole trace.
+
+        Roots, the DAG, supervision and recorded external results remain, so replay from roots still works.
+        """
+        self.validate()
+        for call in self.calls:
+            call._value = None
+        self._by_id.clear()
+        self._producers.clear()
+        self._stamps.clear()
+        self._released = True
+
+    def save(self, path: str | os.PathLike, *, operations: Mapping, codecs: Mapping | None = None,
+             release: bool = False) -> None:
+        """Validate, then atomically write versioned JSON; with ``release=True`` release after persisting."""
+        from .experience import save_trace
+
+        save_trace(self, path, operations=operations, codecs=codecs)
+        if release:
+            self.release()
+
+    # -- capture engine hooks ----------------------------------------------------------------------------------
+    def _begin(self, op, args: tuple, kwargs: dict) -> _tracing._Pending:
+        if self._closed:
+            raise TraceError("this trace is closed: a task holding its context cannot start new captures")
+        deps: set = set()
+        roots: set = set()
+        watch: list = []
+        arg_tree, real_args, _ = self._walk(args, deps, roots, watch, 0)
+        kwarg_tree, real_kwargs, _ = self._walk(kwargs, deps, roots, watch, 0)
+        if type(arg_tree) is Root:  # keep the top-level shape: one root per argument
+            arg_tree, real_args = self._split(args, roots, watch)
+        if type(kwarg_tree) is Root:
+            kwarg_tree, real_kwargs = self._split(kwargs, roots, watch)
+        return _tracing._Pending(op, tuple(real_args), dict(real_kwargs), arg_tree, kwarg_tree, deps, roots, watch)
+
+    def _split(self, container, roots, watch):
+        if isinstance(container, tuple):
+            tree = tuple(self._add_root(v, roots, watch) for v in container)
+            return tree, container
+        tree = {k: self._add_root(v, roots, watch) for k, v in container.items()}
+        return tree, container
+
+    def _add_root(self, value, roots, watch) -> Root:
+        index = len(self._roots)
+        self._roots.append(_tracing.snapshot(value))
+        roots.add(index)
+        self._watch(value, watch)
+        return Root(index)
+
+    def _walk(self, value, deps, roots, watch, depth):
+        """``(tree, value for the call, linked)``; unlinked subtrees collapse into one root."""
+        if depth > _tracing._MAX_ARG_DEPTH:
+            raise TraceError(f"argument nested more than {_tracing._MAX_ARG_DEPTH} levels deep")
+        if isinstance(value, OutputRef):
+            self._check_output_ref(value)
+            deps.add(value.call)
+            self._check_stamps(value.call)
+            return Ref(value.call, value.path), _tracing.extract(self.calls[value.call]._value, value.path), True
+        if isinstance(value, InputRef):
+            self._check_root(value)
+            roots.add(value.index)
+            return Root(value.index), self._roots[value.index], True
+        if isinstance(value, _SCALARS):
+            return Root(-1), value, False
+        hit = self._by_id.get(id(value))
+        if hit is not None:
+            deps.add(hit[0])
+            self._check_stamps(hit[0])
+            self._watch(value, watch)
+            return Ref(*hit), value, True
+        if isinstance(value, _CONTAINERS) and not hasattr(value, "_fields") or (
+                dataclasses.is_dataclass(value) and not isinstance(value, type)):
+            items = _items(value)
+            walked = [(k, self._walk(v, deps, roots, watch, depth + 1)) for k, v in items]
+            if any(w[2] for _, w in walked):
+                tree = {k: (w[0] if w[2] else self._add_root(w[1], roots, watch)) for k, w in walked}
+                real = {k: w[1] for k, w in walked}
+                return _rebuild(value, tree), _rebuild(value, real), True
+        return Root(-1), value, False
+
+    def _watch(self, value, watch) -> None:
+        if _tracing._is_tensor(value):
+            watch.append((value, _tracing._stamp(value)))
+
+    def _finish(self, pending: _tracing._Pending, result):
+        arg_tree = self._materialize(pending.arg_tree, pending.args, pending)
+        kwarg_tree = self._materialize(pending.kwarg_tree, pending.kwargs, pending)
+        pending.arg_tree, pending.kwarg_tree = arg_tree, kwarg_tree
+        for value, stamp in pending.watch:
+            if _tracing._stamp(value) != stamp:
+                self._record(pending, FAILED, "an input was mutated while the call ran")
+                raise TraceError(
+                    f"an input of {_name(pending.op)} was mutated while the call ran; the capture is rejected"
+                )
+        call = self._record(pending, OK)
+        call._value = result
+        if call.kind == EXTERNAL:
+            call.recorded = _detached(result)
+        self._register(result, call.index, (), 0)
+        return result
+
+    def _materialize(self, tree, real, pending):
+        # A top-level unlinked argument list was walked as one placeholder root: give each argument its root.
+        if type(tree) is Root and tree.index == -1:
+            tree, _ = self._split(real, pending.roots, pending.watch)
+        return tree
+
+    def _fail(self, pending: _tracing._Pending, exc: BaseException) -> None:
+        status = CANCELLED if isinstance(exc, asyncio.CancelledError) else FAILED
+        pending.arg_tree = self._materialize(pending.arg_tree, pending.args, pending)
+        pending.kwarg_tree = self._materialize(pending.kwarg_tree, pending.kwargs, pending)
+        self._record(pending, status, f"{type(exc).__name__}: {exc}")
+
+    def _record(self, pending, status, error=None) -> Call:
+        op = pending.op
+        if isinstance(op, Operation):
+            kind = op.kind
+        else:
+            kind = EXTERNAL if getattr(op, "tensorcode_external", False) else PURE
+        call = Call(self, len(self.calls), op, kind, pending.arg_tree, pending.kwarg_tree, pending.deps,
+                    pending.roots, status, error)
+        self.calls.append(call)
+        return call
+
+    def _register(self, value, call: int, path: tuple, depth: int) -> None:
+        if isinstance(value, _SCALARS) or depth > _tracing._MAX_ARG_DEPTH:
+            return
+        key = id(value)
+        previous = self._by_id.get(key)
+        self._by_id[key] = (call, path)
+        if previous is not None and previous[0] != call:
+            self._producers.setdefault(key, {previous[0]}).add(call)
+        stamp = _tracing._stamp(value)
+        if stamp is not None:
+            self._stamps.append((call, value, stamp))
+        if isinstance(value, _CONTAINERS) and not hasattr(value, "_fields") or (
+                dataclasses.is_dataclass(value) and not isinstance(value, type)):
+            for k, v in _items(value):
+                self._register(v, call, (*path, k), depth + 1)
+
+    # -- checks ------------------------------------------------------------------------------------------------
+    def _check_pending(self, action: str) -> None:
+        if self._pending:
+            raise TraceError(f"{self._pending} captured call(s) are still pending; await them before you {action}")
+
+    def _check_root(self, ref: InputRef) -> None:
+        if not 0 <= ref.index < len(self._roots):
+            raise TraceError(f"{ref} is not an input of this trace")
+
+    def _check_output_ref(self, ref: OutputRef) -> None:
+        if not 0 <= ref.call < len(self.calls):
+            raise TraceError(f"{ref} does not name a call of this trace")
+        call = self.calls[ref.call]
+        if call.status != OK:
+            raise TraceError(f"call {ref.call} ({call.name}) {call.status}: {call.error}")
+
+    def _check_stamps(self, call_index: int) -> None:
+        for index, value, stamp in self._stamps:
+            if index == call_index and _tracing._stamp(value) != stamp:
+                raise TraceError(
+                    f"output of call {call_index} ({self.calls[call_index].name}) was mutated before reuse"
+                )
+
+    def _links(self, value, depth: int = 0) -> bool:
+        if isinstance(value, OutputRef):
+            return True
+        if isinstance(value, _SCALARS) or depth > _tracing._MAX_ARG_DEPTH:
+            return False
+        if id(value) in self._by_id:
+            return True
+        if isinstance(value, _CONTAINERS) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+            return any(self._links(v, depth + 1) for _, v in _items(value))
+        return False
+
+    def _closure(self, targets: list[int]) -> list[int]:
+        seen: set = set()
+        stack = list(targets)
+        while stack:
+            i = stack.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            stack.extend(self.calls[i].dependencies)
+        return sorted(seen)
+
+    def _root_closure(self, index: int) -> set:
+        return {r for i in self._closure([index]) for r in self.calls[i].roots}
+
+    def __repr__(self) -> str:
+        return f"<Trace calls={len(self.calls)} inputs={len(self._roots)} supervisions={len(self.supervisions)}>"
+
+
+def _invoke(op, args, kwargs):
+    if isinstance(op, Operation):
+        if op.is_async:
+            raise TraceError(f"async operation {op.__name__} cannot be replayed synchronously")
+        return op.fn(*args, **kwargs)
+    return op(*args, **kwargs)
+
+
+def _items(value):
+    if isinstance(value, (dict, types.MappingProxyType)):
+        return list(value.items())
+    if isinstance(value, (list, tuple)):
+        return list(enumerate(value))
+    return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+
+
+def _rebuild(original, items: dict):
+    if isinstance(original, list):
+        return [items[i] for i in range(len(original))]
+    if isinstance(original, tuple):
+        return tuple(items[i] for i in range(len(original)))
+    if isinstance(original, (dict, types.MappingProxyType)):
+        return dict(items)
+    copy = object.__new__(type(original))
+    copy.__dict__.update(vars(original))
+    copy.__dict__.update(items)
+    return copy
+
+
+def _detached(value, depth: int = 0):
+    """A recorded external result: tensors detached (gradients never cross a boundary), containers copied."""
+    return _tracing.snapshot(value, depth)
+
+
+def _name(op) -> str:
+    return getattr(op, "__name__", type(op).__name__)
+
+
+def _check_source(source) -> str | tuple:
+    if isinstance(source, str):
+        if not source.strip():
+            raise ValueError("source must be a nonempty provenance string, e.g. 'human:review-42'")
+        return source
+    if isinstance(source, (list, tuple)) and source and all(isinstance(s, str) and s.strip() for s in source):
+        return tuple(source)
+    raise ValueError(
+        f"source must be a nonempty provenance string (or one per example for a batch), got {source!r}"
+    )

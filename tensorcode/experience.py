@@ -1,0 +1,277 @@
+"""Experience files: versioned JSON holding a trace's roots, DAG, recorded boundaries and supervision.
+
+The file names operations only by binding (a stable name the application chooses) and describes each by its
+fingerprint; loading binds those names to operations the caller already constructed. Nothing in a file can make
+the loader import a class, unpickle, or restore a callback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from . import _tracing
+from ._codec import Decoder, Encoder
+from ._fingerprint import describe, difference
+from ._operations import EXTERNAL, PURE
+from .errors import ExperienceError, FingerprintError, TraceError
+
+FORMAT = "tensorcode.experience"
+VERSION = 1
+_TOP = {"format", "version", "bindings", "roots", "calls", "supervisions"}
+_CALL = {"op", "kind", "args", "kwargs", "result"}
+_SUPERVISION = {"output", "target", "loss", "source"}
+
+
+def save_trace(session, path, *, operations: Mapping, codecs: Mapping | None = None) -> None:
+    """Write ``session`` to ``path`` atomically; any failure leaves an existing file untouched."""
+    if not isinstance(operations, Mapping):
+        raise TypeError("operations must be a mapping of binding name to operation")
+    try:
+        session.validate(persist=True)
+    except TraceError as exc:
+        raise ExperienceError(str(exc)) from exc
+    names = {}
+    for name, op in operations.items():
+        if not isinstance(name, str) or not name:
+            raise ExperienceError(f"binding names must be nonempty strings, got {name!r}")
+        names.setdefault(id(op), name)
+    bindings = {}
+    for call in session.calls:
+        name = names.get(id(call.op))
+        if name is None:
+            raise ExperienceError(
+                f"missing binding: call {call.index} uses {type(call.op).__qualname__} which is not among "
+                f"operations {sorted(operations)}"
+            )
+        if name not in bindings:
+            try:
+                bindings[name] = describe(call.op)
+            except FingerprintError as exc:
+                raise ExperienceError(f"binding {name!r}: {exc}") from exc
+        call.binding = name
+    encoder = _TreeEncoder(codecs)
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "bindings": bindings,
+        "roots": [encoder.encode(value, f"input {i}") for i, value in enumerate(session._roots)],
+        "calls": [
+            {
+                "op": call.binding,
+                "kind": call.kind,
+                "args": encoder.encode(call.arg_tree, f"call {call.index} arguments"),
+                "kwargs": encoder.encode(call.kwarg_tree, f"call {call.index} arguments"),
+                "result": encoder.encode(call.recorded, f"call {call.index} result") if call.kind == EXTERNAL else None,
+            }
+            for call in session.calls
+        ],
+        "supervisions": [
+            {
+                "output": {"call": s.output.call, "path": encoder.encode(list(s.output.path), f"supervision {i}")},
+                "target": encoder.encode(s.target, f"supervision {i} target"),
+                "loss": s.loss,
+                "source": s.source if isinstance(s.source, str) else list(s.source),
+            }
+            for i, s in enumerate(session.supervisions)
+        ],
+    }
+    try:
+        text = json.dumps(document, allow_nan=False, separators=(",", ":"))
+    except (ValueError, TypeError) as exc:  # pragma: no cover - the encoder already refuses these
+        raise ExperienceError(f"experience is not serializable: {exc}") from exc
+    _write_atomic(Path(path), text)
+
+
+def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None):
+    """Load an experience bound to the supplied, already-constructed ``operations``.
+
+    Raises ``ExperienceError`` (a ``ValueError``) naming the problem for any malformed or incompatible file.
+    """
+    from ._trace import Trace
+
+    if not isinstance(operations, Mapping):
+        raise TypeError("operations must be a mapping of binding name to operation")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExperienceError(f"{path}: cannot read experience file: {exc}") from exc
+    document = _parse(text, path)
+    _check_keys(document, _TOP, "experience file")
+    if document["format"] != FORMAT:
+        raise ExperienceError(f"unknown format {document['format']!r}; expected {FORMAT!r}")
+    if document["version"] != VERSION or isinstance(document["version"], bool):
+        raise ExperienceError(f"unsupported experience version {document['version']!r}; this library reads {VERSION}")
+    bindings = document["bindings"]
+    if not isinstance(bindings, dict):
+        raise ExperienceError("bindings must be a mapping of binding name to fingerprint")
+    for name, saved in bindings.items():
+        if name not in operations:
+            raise ExperienceError(f"missing binding {name!r}: pass it in operations (given: {sorted(operations)})")
+        try:
+            current = describe(operations[name])
+        except FingerprintError as exc:
+            raise ExperienceError(f"binding {name!r}: {exc}") from exc
+        where = difference(saved, current)
+        if where is not None:
+            raise ExperienceError(f"fingerprint mismatch for binding {name!r}: {where} differs from the saved operation")
+
+    decoder = Decoder(codecs)
+    roots = _list(document["roots"], "roots")
+    calls = _list(document["calls"], "calls")
+    supervisions = _list(document["supervisions"], "supervisions")
+    session = Trace()
+    session._closed = session._entered = session._released = True
+    session._roots = [decoder.decode(value, f"input {i}") for i, value in enumerate(roots)]
+    for index, entry in enumerate(calls):
+        where = f"call {index}"
+        if not isinstance(entry, dict):
+            raise ExperienceError(f"{where}: must be an object")
+        _check_keys(entry, _CALL, where)
+        name = entry["op"]
+        if not isinstance(name, str) or name not in bindings:
+            raise ExperienceError(f"{where}: operation {name!r} is not a declared binding")
+        kind = entry["kind"]
+        if kind not in (PURE, EXTERNAL) or kind != bindings[name].get("replay"):
+            raise ExperienceError(f"{where}: kind {kind!r} does not match binding {name!r}")
+        markers = _Markers(index, len(calls), len(session._roots), where)
+        args = decoder.decode(entry["args"], f"{where} arguments", node=markers)
+        kwargs = decoder.decode(entry["kwargs"], f"{where} arguments", node=markers)
+        if not isinstance(args, tuple) or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise ExperienceError(f"{where}: arguments must be a tuple and keyword arguments a string-keyed mapping")
+        if kind == PURE and entry["result"] is not None:
+            raise ExperienceError(f"{where}: a pure call stores no result")
+        call = _tracing.Call(session, index, operations[name], kind, args, kwargs, markers.deps, markers.roots,
+                             _tracing.OK)
+        call.binding = name
+        if kind == EXTERNAL:
+            call.recorded = decoder.decode(entry["result"], f"{where} result")
+        session.calls.append(call)
+    for index, entry in enumerate(supervisions):
+        where = f"supervision {index}"
+        if not isinstance(entry, dict):
+            raise ExperienceError(f"{where}: must be an object")
+        _check_keys(entry, _SUPERVISION, where)
+        output = entry["output"]
+        if not isinstance(output, dict):
+            raise ExperienceError(f"{where}: output must be an object")
+        _check_keys(output, {"call", "path"}, f"{where} output")
+        call = output["call"]
+        if not _is_index(call) or call >= len(calls):
+            raise ExperienceError(f"{where}: dangling reference to call {call!r}")
+        path = _path(decoder.decode(output["path"], where), where)
+        loss, source = entry["loss"], entry["source"]
+        if not isinstance(loss, str) or not loss:
+            raise ExperienceError(f"{where}: loss must be a nonempty string")
+        if isinstance(source, list) and source and all(isinstance(s, str) and s.strip() for s in source):
+            source = tuple(source)
+        elif not isinstance(source, str) or not source.strip():
+            raise ExperienceError(f"{where}: source must be a nonempty provenance string")
+        target = decoder.decode(entry["target"], f"{where} target")
+        session.supervisions.append(_tracing.Supervision(_tracing.OutputRef(call, path), target, loss, source))
+    return session
+
+
+class _TreeEncoder(Encoder):
+    """Encodes argument trees: ``Ref``/``Root`` markers become tagged objects."""
+
+    def encode(self, value, where, depth=0):
+        kind = type(value)
+        if kind is _tracing.Ref:
+            return {"$": "ref", "call": value.call, "path": [self.encode(k, where, depth + 1) for k in value.path]}
+        if kind is _tracing.Root:
+            return {"$": "root", "index": value.index}
+        return super().encode(value, where, depth)
+
+
+class _Markers:
+    """Decodes ``ref``/``root`` nodes of one call, checking every reference points backwards and exists."""
+
+    def __init__(self, index: int, calls: int, roots: int, where: str):
+        self.index, self.calls, self.root_count, self.where = index, calls, roots, where
+        self.deps: set = set()
+        self.roots: set = set()
+
+    def __call__(self, data: dict, where: str):
+        if data["$"] == "ref":
+            _check_keys(data, {"$", "call", "path"}, where)
+            call = data["call"]
+            if not _is_index(call):
+                raise ExperienceError(f"{where}: reference call must be a nonnegative integer")
+            if call >= self.calls:
+                raise ExperienceError(f"{where}: dangling reference to call {call} (file has {self.calls} calls)")
+            if call >= self.index:
+                raise ExperienceError(f"{where}: forward reference to call {call} (not before call {self.index})")
+            if not isinstance(data["path"], list):
+                raise ExperienceError(f"{where}: reference path must be a list")
+            self.deps.add(call)
+            return _tracing.Ref(call, _path(data["path"], where))
+        _check_keys(data, {"$", "index"}, where)
+        index = data["index"]
+        if not _is_index(index) or index >= self.root_count:
+            raise ExperienceError(f"{where}: dangling reference to input {index!r}")
+        self.roots.add(index)
+        return _tracing.Root(index)
+
+
+def _parse(text: str, path) -> dict:
+    def pairs(items):
+        seen = {}
+        for key, value in items:
+            if key in seen:
+                raise ExperienceError(f"duplicate key {key!r}")
+            seen[key] = value
+        return seen
+
+    def constant(name):
+        raise ExperienceError(f"non-finite constant {name} is not valid experience JSON")
+
+    try:
+        document = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise ExperienceError(f"{path}: not valid JSON (truncated or corrupt): {exc}") from exc
+    except RecursionError as exc:
+        raise ExperienceError(f"{path}: JSON is nested too deeply") from exc
+    if not isinstance(document, dict):
+        raise ExperienceError(f"{path}: experience must be a JSON object")
+    return document
+
+
+def _check_keys(data: dict, expected: set, where: str) -> None:
+    keys = set(data)
+    if keys != expected:
+        missing, extra = sorted(expected - keys), sorted(keys - expected)
+        raise ExperienceError(f"{where}: missing fields {missing}, unexpected fields {extra}")
+
+
+def _list(value, where: str) -> list:
+    if not isinstance(value, list):
+        raise ExperienceError(f"{where} must be a list")
+    return value
+
+
+def _is_index(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _path(items, where: str) -> tuple:
+    if not isinstance(items, list) or not all(isinstance(k, (int, str)) and not isinstance(k, bool) for k in items):
+        raise ExperienceError(f"{where}: an output path is a list of integer or string keys")
+    return tuple(items)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,217 @@
+"""The shared shape of an owned tool: validated JSON configuration, pretrained artifacts, training protocol.
+
+A tool is a small ``torch.nn.Module`` that owns its parameters. ``Trainer.from_tool`` relies only on the
+protocol defined here (``training_operations``, ``training_losses``, ``prepare_capture``,
+``apply_training_mode``); everything else is the tool's own business.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+FORMAT = "tensorcode.tool"
+VERSION = 1
+MANIFEST = "tool.json"
+WEIGHTS = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class CapturePlan:
+    """What ``Trainer.capture`` records: call ``operation`` with ``inputs``, supervise with ``target``/``loss``.
+
+    ``examples`` is the number of reviewed examples in the call, so one provenance string per example can be
+    checked against it.
+    """
+
+    operation: str
+    inputs: Any
+    target: Any
+    loss: str
+    examples: int
+
+
+class Tool(nn.Module):
+    """Base class of the owned tools.
+
+    Subclasses declare ``FIELDS`` (documented configuration fields and their defaults), build their modules in
+    ``build()``, and implement ``objective(batch)`` (the differentiable training forward), ``losses()`` and
+    ``plan_capture(inputs, targets)``.
+    """
+
+    FIELDS: ClassVar[dict[str, Any]] = {}
+    NAME: ClassVar[str] = "tool"
+
+    def __init__(self, **configuration: Any):
+        super().__init__()
+        self._configuration = self.validate_configuration(configuration)
+        seed = self._configuration.get("seed")
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.build()
+        object.__setattr__(self, "_objective_op", _Objective(self))
+
+    # -- configuration -------------------------------------------------------------------------------------
+    @classmethod
+    def validate_configuration(cls, configuration: dict) -> dict:
+        """Defaults filled in; an unknown field is refused naming it and the valid fields."""
+        unknown = sorted(set(configuration) - set(cls.FIELDS))
+        if unknown:
+            raise ValueError(
+                f"{cls.__name__}: unknown configuration field {unknown[0]!r}; valid fields: {', '.join(sorted(cls.FIELDS))}"
+            )
+        merged = {**json.loads(json.dumps(cls.FIELDS)), **json.loads(json.dumps(configuration))}
+        cls.check_configuration(merged)
+        return merged
+
+    @classmethod
+    def check_configuration(cls, configuration: dict) -> None:
+        """Subclass hook: raise ``ValueError`` naming a bad field value."""
+
+    def configuration(self) -> dict:
+        return json.loads(json.dumps(self._configuration))
+
+    def build(self) -> None:  # pragma: no cover - every tool overrides it
+        raise NotImplementedError
+
+    @property
+    def device(self) -> torch.device:
+        for tensor in self.parameters():
+            return tensor.device
+        return torch.device("cpu")
+
+    # -- artifacts -----------------------------------------------------------------------------------------
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """Write ``tool.json`` (format, version, class, configuration) and ``model.safetensors`` atomically."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().to("cpu").contiguous().clone() for k, v in self.state_dict().items()}
+        manifest = {"format": FORMAT, "version": VERSION, "class": _qualified(type(self)),
+                    "configuration": self.configuration()}
+        weights_tmp = _temporary(directory, WEIGHTS)
+        save_file(state, weights_tmp)
+        os.replace(weights_tmp, directory / WEIGHTS)
+        _write_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, *, device: str | torch.device = "cpu") -> Tool:
+        """Load a tool saved by ``save_pretrained`` of this same class, strictly."""
+        from safetensors import SafetensorsError
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise ValueError(f"{directory} is not a directory saved by save_pretrained (local paths only)")
+        try:
+            manifest = json.loads((directory / MANIFEST).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{directory / MANIFEST}: cannot read tool manifest: {exc}") from exc
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+            raise ValueError(f"{directory / MANIFEST}: not a {FORMAT} version {VERSION} manifest")
+        if manifest.get("class") != _qualified(cls):
+            raise ValueError(f"{directory} holds a {manifest.get('class')} artifact, not {_qualified(cls)}")
+        configuration = manifest.get("configuration")
+        if not isinstance(configuration, dict):
+            raise ValueError(f"{directory / MANIFEST}: configuration must be a mapping")
+        tool = cls(**configuration)
+        if tool.configuration() != cls.validate_configuration(configuration):
+            raise ValueError(f"{directory}: configuration does not round-trip through {cls.__name__}")
+        try:
+            state = load_file(str(directory / WEIGHTS))
+        except (OSError, SafetensorsError) as exc:
+            raise ValueError(f"{directory / WEIGHTS}: cannot read weights: {exc}") from exc
+        expected = tool.state_dict()
+        missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+        if missing or unexpected:
+            raise ValueError(f"{directory / WEIGHTS}: missing weights {missing}, unexpected weights {unexpected}")
+        for key, value in state.items():
+            if value.shape != expected[key].shape or value.dtype != expected[key].dtype:
+                raise ValueError(
+                    f"{directory / WEIGHTS}: {key} is {tuple(value.shape)} {value.dtype}, "
+                    f"expected {tuple(expected[key].shape)} {expected[key].dtype}"
+                )
+        tool.load_state_dict(state, strict=True)
+        return tool.to(device)
+
+    # -- training protocol used by Trainer.from_tool -------------------------------------------------------
+    def training_operations(self) -> dict[str, nn.Module]:
+        """Stable operation bindings: the one declared training operation, named for the tool."""
+        return {self.NAME: self._objective_op}
+
+    def training_losses(self) -> dict:
+        """Loss name -> ``fn(output, target) -> scalar tensor`` for this tool's objectives."""
+        return self.losses()
+
+    def prepare_capture(self, inputs: Any, targets: Any) -> CapturePlan:
+        """Validate inputs and targets (``ValueError`` naming the field) before anything is recorded."""
+        return self.plan_capture(inputs, targets)
+
+    def apply_training_mode(self) -> None:
+        """Training-mode policy: train everything except frozen parts (``frozen_modules()``), kept in eval."""
+        self.train()
+        for module in self.frozen_modules():
+            module.eval()
+
+    def frozen_modules(self) -> list[nn.Module]:
+        return []
+
+    # -- subclass hooks ------------------------------------------------------------------------------------
+    def objective(self, batch: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def losses(self) -> dict:  # pragma: no cover
+        raise NotImplementedError
+
+    def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:  # pragma: no cover
+        raise NotImplementedError
+
+
+class _Objective(nn.Module):
+    """The declared training operation: one traced call of the tool's differentiable objective.
+
+    It holds the tool as its only submodule, so the operation's parameters are exactly the tool's, and the
+    tool's submodule calls inside it are not recorded separately.
+    """
+
+    def __init__(self, tool: Tool):
+        super().__init__()
+        self.tool = tool
+
+    def configuration(self) -> dict:
+        return {"tool": _qualified(type(self.tool)), "configuration": self.tool.configuration()}
+
+    def forward(self, batch: Any) -> Any:
+        return self.tool.objective(batch)
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _temporary(directory: Path, name: str) -> str:
+    fd, path = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    return path
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = _temporary(path.parent, path.name)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
