@@ -37,7 +37,7 @@ class Trace:
         self._roots: list = []
         self._by_id: dict[int, tuple[int, tuple]] = {}
         self._producers: dict[int, set] = {}
-        self._stamps: list[tuple[int, Any, tuple]] = []
+        self._stamps: dict[int, list[tuple[Any, tuple]]] = {}
         self._pending = 0
         self._closed = False
         self._released = False
@@ -141,8 +141,14 @@ class Trace:
         ref = self.ref(target)
         return self._evaluate([ref], inputs=inputs, boundary=boundary)[0]
 
-    def _evaluate(self, refs: list[OutputRef], *, inputs: Mapping | None = None, boundary: str = "error",
-                  adapt: Callable | None = None) -> list:
+    def _evaluate(
+        self,
+        refs: list[OutputRef],
+        *,
+        inputs: Mapping | None = None,
+        boundary: str = "error",
+        adapt: Callable | None = None,
+    ) -> list:
         if boundary not in ("error", "recorded"):
             raise ValueError(f"boundary must be 'error' or 'recorded', got {boundary!r}")
         self._check_pending("replay")
@@ -211,9 +217,11 @@ class Trace:
                         f"call {call.index} ({call.name}) {call.status} and cannot be persisted as valid "
                         f"experience: {call.error}"
                     )
-        for call_index, value, stamp in self._stamps:
-            if _tracing._stamp(value) != stamp:
-                raise TraceError(f"output of call {call_index} ({self.calls[call_index].name}) was mutated after capture")
+        for call_index, stamps in self._stamps.items():
+            if any(_tracing._stamp(value) != stamp for value, stamp in stamps):
+                raise TraceError(
+                    f"output of call {call_index} ({self.calls[call_index].name}) was mutated after capture"
+                )
 
     def release(self) -> None:
         """Drop live results, autograd graphs, identity lookups and stamps after validating the whole trace.
@@ -228,8 +236,9 @@ class Trace:
         self._stamps.clear()
         self._released = True
 
-    def save(self, path: str | os.PathLike, *, operations: Mapping, codecs: Mapping | None = None,
-             release: bool = False) -> None:
+    def save(
+        self, path: str | os.PathLike, *, operations: Mapping, codecs: Mapping | None = None, release: bool = False
+    ) -> None:
         """Validate, then atomically write versioned JSON; with ``release=True`` release after persisting."""
         from .experience import save_trace
 
@@ -244,67 +253,63 @@ class Trace:
         deps: set = set()
         roots: set = set()
         watch: list = []
-        arg_tree, real_args, _ = self._walk(args, deps, roots, watch, 0)
-        kwarg_tree, real_kwargs, _ = self._walk(kwargs, deps, roots, watch, 0)
-        if type(arg_tree) is Root:  # keep the top-level shape: one root per argument
-            arg_tree, real_args = self._split(args, roots, watch)
-        if type(kwarg_tree) is Root:
-            kwarg_tree, real_kwargs = self._split(kwargs, roots, watch)
-        return _tracing._Pending(op, tuple(real_args), dict(real_kwargs), arg_tree, kwarg_tree, deps, roots, watch)
-
-    def _split(self, container, roots, watch):
-        if isinstance(container, tuple):
-            tree = tuple(self._add_root(v, roots, watch) for v in container)
-            return tree, container
-        tree = {k: self._add_root(v, roots, watch) for k, v in container.items()}
-        return tree, container
+        walk, add_root = self._walk, self._add_root
+        arg_tree, real_args = [], []
+        for value in args:  # one node per argument: an unlinked argument is one root
+            tree, real, linked = walk(value, deps, roots, watch, 0)
+            arg_tree.append(tree if linked else add_root(real, roots, watch))
+            real_args.append(real)
+        kwarg_tree, real_kwargs = {}, {}
+        for key, value in kwargs.items():
+            tree, real, linked = walk(value, deps, roots, watch, 0)
+            kwarg_tree[key] = tree if linked else add_root(real, roots, watch)
+            real_kwargs[key] = real
+        return _tracing._Pending(op, real_args, real_kwargs, tuple(arg_tree), kwarg_tree, deps, roots, watch)
 
     def _add_root(self, value, roots, watch) -> Root:
         index = len(self._roots)
         self._roots.append(_tracing.snapshot(value))
         roots.add(index)
-        self._watch(value, watch)
+        if _tracing._is_tensor(value):
+            watch.append((value, _tracing._stamp(value)))
         return Root(index)
 
     def _walk(self, value, deps, roots, watch, depth):
-        """``(tree, value for the call, linked)``; unlinked subtrees collapse into one root."""
-        if depth > _tracing._MAX_ARG_DEPTH:
-            raise TraceError(f"argument nested more than {_tracing._MAX_ARG_DEPTH} levels deep")
-        if isinstance(value, OutputRef):
+        """``(tree, value for the call, linked)``; an unlinked subtree becomes one root at its top."""
+        hit = self._by_id.get(id(value))
+        if hit is not None:  # registered outputs are alive, so their ids are unambiguous
+            deps.add(hit[0])
+            self._check_stamps(hit[0])
+            if type(value) in _tracing.TENSOR_TYPES:
+                watch.append((value, _tracing._stamp(value)))
+            return Ref(*hit), value, True
+        cls = type(value)
+        if cls in _tracing.LEAF_TYPES or cls in _tracing.TENSOR_TYPES:
+            return None, value, False
+        if cls is OutputRef:
             self._check_output_ref(value)
             deps.add(value.call)
             self._check_stamps(value.call)
             return Ref(value.call, value.path), _tracing.extract(self.calls[value.call]._value, value.path), True
-        if isinstance(value, InputRef):
+        if cls is InputRef:
             self._check_root(value)
             roots.add(value.index)
             return Root(value.index), self._roots[value.index], True
-        if isinstance(value, _SCALARS):
-            return Root(-1), value, False
-        hit = self._by_id.get(id(value))
-        if hit is not None:
-            deps.add(hit[0])
-            self._check_stamps(hit[0])
-            self._watch(value, watch)
-            return Ref(*hit), value, True
-        if isinstance(value, _CONTAINERS) and not hasattr(value, "_fields") or (
-                dataclasses.is_dataclass(value) and not isinstance(value, type)):
-            items = _items(value)
-            walked = [(k, self._walk(v, deps, roots, watch, depth + 1)) for k, v in items]
+        if depth > _tracing._MAX_ARG_DEPTH:
+            raise TraceError(f"argument nested more than {_tracing._MAX_ARG_DEPTH} levels deep")
+        if (
+            isinstance(value, _CONTAINERS)
+            and not hasattr(value, "_fields")
+            or (dataclasses.is_dataclass(value) and not isinstance(value, type))
+        ):
+            walked = [(k, self._walk(v, deps, roots, watch, depth + 1)) for k, v in _items(value)]
             if any(w[2] for _, w in walked):
                 tree = {k: (w[0] if w[2] else self._add_root(w[1], roots, watch)) for k, w in walked}
                 real = {k: w[1] for k, w in walked}
                 return _rebuild(value, tree), _rebuild(value, real), True
-        return Root(-1), value, False
-
-    def _watch(self, value, watch) -> None:
-        if _tracing._is_tensor(value):
-            watch.append((value, _tracing._stamp(value)))
+        return None, value, False
 
     def _finish(self, pending: _tracing._Pending, result):
-        arg_tree = self._materialize(pending.arg_tree, pending.args, pending)
-        kwarg_tree = self._materialize(pending.kwarg_tree, pending.kwargs, pending)
-        pending.arg_tree, pending.kwarg_tree = arg_tree, kwarg_tree
         for value, stamp in pending.watch:
             if _tracing._stamp(value) != stamp:
                 self._record(pending, FAILED, "an input was mutated while the call ran")
@@ -318,16 +323,8 @@ class Trace:
         self._register(result, call.index, (), 0)
         return result
 
-    def _materialize(self, tree, real, pending):
-        # A top-level unlinked argument list was walked as one placeholder root: give each argument its root.
-        if type(tree) is Root and tree.index == -1:
-            tree, _ = self._split(real, pending.roots, pending.watch)
-        return tree
-
     def _fail(self, pending: _tracing._Pending, exc: BaseException) -> None:
         status = CANCELLED if isinstance(exc, asyncio.CancelledError) else FAILED
-        pending.arg_tree = self._materialize(pending.arg_tree, pending.args, pending)
-        pending.kwarg_tree = self._materialize(pending.kwarg_tree, pending.kwargs, pending)
         self._record(pending, status, f"{type(exc).__name__}: {exc}")
 
     def _record(self, pending, status, error=None) -> Call:
@@ -336,13 +333,24 @@ class Trace:
             kind = op.kind
         else:
             kind = EXTERNAL if getattr(op, "tensorcode_external", False) else PURE
-        call = Call(self, len(self.calls), op, kind, pending.arg_tree, pending.kwarg_tree, pending.deps,
-                    pending.roots, status, error)
+        call = Call(
+            self,
+            len(self.calls),
+            op,
+            kind,
+            pending.arg_tree,
+            pending.kwarg_tree,
+            pending.deps,
+            pending.roots,
+            status,
+            error,
+        )
         self.calls.append(call)
         return call
 
     def _register(self, value, call: int, path: tuple, depth: int) -> None:
-        if isinstance(value, _SCALARS) or depth > _tracing._MAX_ARG_DEPTH:
+        cls = type(value)
+        if cls in _tracing.LEAF_TYPES or depth > _tracing._MAX_ARG_DEPTH:
             return
         key = id(value)
         previous = self._by_id.get(key)
@@ -351,9 +359,14 @@ class Trace:
             self._producers.setdefault(key, {previous[0]}).add(call)
         stamp = _tracing._stamp(value)
         if stamp is not None:
-            self._stamps.append((call, value, stamp))
-        if isinstance(value, _CONTAINERS) and not hasattr(value, "_fields") or (
-                dataclasses.is_dataclass(value) and not isinstance(value, type)):
+            self._stamps.setdefault(call, []).append((value, stamp))
+        if cls in _tracing.TENSOR_TYPES:
+            return
+        if (
+            isinstance(value, _CONTAINERS)
+            and not hasattr(value, "_fields")
+            or (dataclasses.is_dataclass(value) and not isinstance(value, type))
+        ):
             for k, v in _items(value):
                 self._register(v, call, (*path, k), depth + 1)
 
@@ -374,8 +387,8 @@ class Trace:
             raise TraceError(f"call {ref.call} ({call.name}) {call.status}: {call.error}")
 
     def _check_stamps(self, call_index: int) -> None:
-        for index, value, stamp in self._stamps:
-            if index == call_index and _tracing._stamp(value) != stamp:
+        for value, stamp in self._stamps.get(call_index, ()):
+            if _tracing._stamp(value) != stamp:
                 raise TraceError(
                     f"output of call {call_index} ({self.calls[call_index].name}) was mutated before reuse"
                 )
@@ -454,6 +467,4 @@ def _check_source(source) -> str | tuple:
         return source
     if isinstance(source, (list, tuple)) and source and all(isinstance(s, str) and s.strip() for s in source):
         return tuple(source)
-    raise ValueError(
-        f"source must be a nonempty provenance string (or one per example for a batch), got {source!r}"
-    )
+    raise ValueError(f"source must be a nonempty provenance string (or one per example for a batch), got {source!r}")

@@ -25,6 +25,9 @@ _STATE: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("tensorcod
 _SUPPRESSED = (None, 1)
 _MAX_ARG_DEPTH = 100
 _SCALARS = (int, float, bool, str, bytes, complex, type(None))
+LEAF_TYPES = frozenset(_SCALARS)
+# Exact tensor classes seen so far; filled when torch is imported (type lookups keep the hot path cheap).
+TENSOR_TYPES: set = set()
 
 OK, FAILED, CANCELLED = "ok", "failed", "cancelled"
 
@@ -98,6 +101,7 @@ def install_module_hook() -> bool:
     torch = sys.modules.get("torch")
     if torch is None:
         return False
+    TENSOR_TYPES.update((torch.Tensor, torch.nn.Parameter))
     with _patch_lock:
         if _patch_count == 0:
             _original_call = torch.nn.Module.__call__
@@ -126,8 +130,21 @@ class _Pending:
 class Call:
     """One recorded top-level call: its operation, argument tree, dependencies, status and output."""
 
-    __slots__ = ("index", "op", "binding", "kind", "arg_tree", "kwarg_tree", "dependencies", "roots", "status",
-                 "error", "_value", "recorded", "_session")
+    __slots__ = (
+        "index",
+        "op",
+        "binding",
+        "kind",
+        "arg_tree",
+        "kwarg_tree",
+        "dependencies",
+        "roots",
+        "status",
+        "error",
+        "_value",
+        "recorded",
+        "_session",
+    )
 
     def __init__(self, session, index, op, kind, arg_tree, kwarg_tree, deps, roots, status, error=None):
         self._session = session
@@ -189,8 +206,13 @@ class Example:
 
 # -- helpers on values ------------------------------------------------------------------------------------------
 def _is_tensor(value) -> bool:
+    if type(value) in TENSOR_TYPES:
+        return True
     torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
+    if torch is not None and isinstance(value, torch.Tensor):
+        TENSOR_TYPES.add(type(value))
+        return True
+    return False
 
 
 def snapshot(value, depth: int = 0):

@@ -117,7 +117,9 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
             raise ExperienceError(f"binding {name!r}: {exc}") from exc
         where = difference(saved, current)
         if where is not None:
-            raise ExperienceError(f"fingerprint mismatch for binding {name!r}: {where} differs from the saved operation")
+            raise ExperienceError(
+                f"fingerprint mismatch for binding {name!r}: {where} differs from the saved operation"
+            )
 
     decoder = Decoder(codecs)
     roots = _list(document["roots"], "roots")
@@ -144,8 +146,9 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
             raise ExperienceError(f"{where}: arguments must be a tuple and keyword arguments a string-keyed mapping")
         if kind == PURE and entry["result"] is not None:
             raise ExperienceError(f"{where}: a pure call stores no result")
-        call = _tracing.Call(session, index, operations[name], kind, args, kwargs, markers.deps, markers.roots,
-                             _tracing.OK)
+        call = _tracing.Call(
+            session, index, operations[name], kind, args, kwargs, markers.deps, markers.roots, _tracing.OK
+        )
         call.binding = name
         if kind == EXTERNAL:
             call.recorded = decoder.decode(entry["result"], f"{where} result")
@@ -219,12 +222,11 @@ class _Markers:
 
 def _parse(text: str, path) -> dict:
     def pairs(items):
-        seen = {}
-        for key, value in items:
-            if key in seen:
-                raise ExperienceError(f"duplicate key {key!r}")
-            seen[key] = value
-        return seen
+        mapping = dict(items)
+        if len(mapping) != len(items):
+            keys = [key for key, _ in items]
+            raise ExperienceError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+        return mapping
 
     def constant(name):
         raise ExperienceError(f"non-finite constant {name} is not valid experience JSON")
