@@ -1,0 +1,111 @@
+"""Django settings for tensorcode annotate.
+
+Everything a deployment changes comes from environment variables (README, "Configuration"); the defaults run
+locally with nothing else installed: SQLite and a filesystem message broker under `TC_DATA_DIR`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from annotate import envconfig
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# The "django-insecure-" prefix makes `manage.py check --deploy` flag the default (security.W009).
+SECRET_KEY = os.environ.get("SECRET_KEY", "django-insecure-local-development-only")
+DEBUG = envconfig.flag("DEBUG", default=True)
+ALLOWED_HOSTS = envconfig.csv("ALLOWED_HOSTS", "127.0.0.1,localhost")
+
+TC_DATA_DIR = Path(os.environ.get("TC_DATA_DIR", BASE_DIR / "var")).resolve()
+TC_ARTIFACT_DIR = Path(os.environ.get("TC_ARTIFACT_DIR", TC_DATA_DIR / "artifacts")).resolve()
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "annotate",
+    "trainingjobs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "annotate.urls"
+WSGI_APPLICATION = "annotate.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": envconfig.database_from_url(os.environ.get("TC_DATABASE", "sqlite"), TC_DATA_DIR)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = TC_DATA_DIR / "static"
+
+# Celery: JSON only, so a task's arguments are primary keys and plain data, never pickled objects.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+_local_dirs = [TC_DATA_DIR, TC_ARTIFACT_DIR]
+if CELERY_BROKER_URL.startswith("filesystem:"):
+    # The filesystem broker is how the web process and a worker share a queue with no service installed.
+    # Reading and writing the same folder makes it one queue; kombu creates neither folder itself.
+    _queue_dir = TC_DATA_DIR / "broker" / "queue"
+    _local_dirs += [_queue_dir, TC_DATA_DIR / "broker" / "control"]
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir),
+        "data_folder_out": str(_queue_dir),
+        "control_folder": str(TC_DATA_DIR / "broker" / "control"),
+    }
+
+for _path in _local_dirs:
+    # A directory that cannot be made is reported by the system checks (annotate.checks), not by a crash here.
+    with contextlib.suppress(OSError):
+        _path.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,113 @@
+"""The site's frame: sign-in, the home page, static files, settings and system checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.urls import reverse
+
+from annotate import envconfig
+
+
+def test_home_redirects_anonymous_user_to_login(client) -> None:
+    response = client.get(reverse("home"))
+
+    assert response.status_code == 302
+    assert response["Location"] == f"{reverse('login')}?next=/"
+
+
+@pytest.mark.django_db
+def test_home_shows_product_to_signed_in_user(client, django_user_model) -> None:
+    client.force_login(django_user_model.objects.create_user("reviewer"))
+
+    response = client.get(reverse("home"))
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "tensorcode annotate" in page
+    assert "No projects yet." in page
+    assert 'src="/static/htmx.min.js"' in page
+    assert f'hx-headers=\'{{"X-CSRFToken": "{response.context["csrf_token"]}"}}\'' in page
+
+
+def test_home_rejects_post(client) -> None:
+    assert client.post(reverse("home")).status_code == 405
+
+
+@pytest.mark.django_db
+def test_login_page_signs_user_in(client, django_user_model) -> None:
+    django_user_model.objects.create_user("reviewer", password="a-long-password")
+
+    response = client.post(reverse("login"), {"username": "reviewer", "password": "a-long-password"})
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("home")
+
+
+def test_collectstatic_includes_vendored_htmx(settings, tmp_path: Path) -> None:
+    settings.STATIC_ROOT = tmp_path / "static"
+
+    call_command("collectstatic", interactive=False, verbosity=0)
+
+    assert (tmp_path / "static" / "htmx.min.js").read_text().startswith("var htmx=")
+
+
+def test_database_from_url_parses_postgres(tmp_path: Path) -> None:
+    url = "postgres://ann:p%40ss@db.local:5433/annotate?sslmode=require"
+
+    config = envconfig.database_from_url(url, tmp_path)
+
+    assert config == {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "annotate",
+        "USER": "ann",
+        "PASSWORD": "p@ss",
+        "HOST": "db.local",
+        "PORT": "5433",
+        "OPTIONS": {"sslmode": "require"},
+    }
+
+
+def test_database_from_url_puts_sqlite_in_data_dir(tmp_path: Path) -> None:
+    config = envconfig.database_from_url("sqlite", tmp_path)
+
+    assert config == {"ENGINE": "django.db.backends.sqlite3", "NAME": tmp_path / "annotate.sqlite3"}
+
+
+@pytest.mark.parametrize("value", ["mysql://root@localhost/annotate", "postgres://postgres@127.0.0.1:5432/"])
+def test_database_from_url_rejects_unusable_values(value: str, tmp_path: Path) -> None:
+    with pytest.raises(ImproperlyConfigured, match="TC_DATABASE"):
+        envconfig.database_from_url(value, tmp_path)
+
+
+def test_flag_rejects_unknown_value(monkeypatch) -> None:
+    monkeypatch.setenv("DEBUG", "maybe")
+
+    with pytest.raises(ImproperlyConfigured, match="DEBUG='maybe'"):
+        envconfig.flag("DEBUG", default=True)
+
+
+def test_system_checks_pass() -> None:
+    assert checks.run_checks() == []
+
+
+def test_artifact_dir_check_reports_unwritable_path(settings, tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "artifacts-file"
+    not_a_dir.write_text("")
+    settings.TC_ARTIFACT_DIR = not_a_dir
+
+    assert [error.id for error in checks.run_checks()] == ["annotate.E001"]
+
+
+def test_celery_uses_json_only() -> None:
+    from annotate import celery_app
+
+    assert celery_app.conf.task_serializer == "json"
+    assert celery_app.conf.result_serializer == "json"
+    assert celery_app.conf.accept_content == ["json"]
+    assert settings.CELERY_ACCEPT_CONTENT == ["json"]

@@ -1,0 +1,1 @@
+"""Fine-tune jobs: launched by admins, run by Celery workers."""

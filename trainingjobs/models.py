@@ -1,0 +1,1 @@
+"""Fine-tune job rows: the source of truth for a job's state (PENDING -> RUNNING -> final)."""
