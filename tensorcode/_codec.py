@@ -21,9 +21,16 @@ MAX_DEPTH = 100
 
 # dtype name -> (numpy little-endian dtype string or None, item size, floating)
 _DTYPES = {
-    "float64": ("<f8", 8, True), "float32": ("<f4", 4, True), "float16": ("<f2", 2, True),
-    "bfloat16": ("<i2", 2, True), "int64": ("<i8", 8, False), "int32": ("<i4", 4, False),
-    "int16": ("<i2", 2, False), "int8": ("|i1", 1, False), "uint8": ("|u1", 1, False), "bool": ("|b1", 1, False),
+    "float64": ("<f8", 8, True),
+    "float32": ("<f4", 4, True),
+    "float16": ("<f2", 2, True),
+    "bfloat16": ("<i2", 2, True),
+    "int64": ("<i8", 8, False),
+    "int32": ("<i4", 4, False),
+    "int16": ("<i2", 2, False),
+    "int8": ("|i1", 1, False),
+    "uint8": ("|u1", 1, False),
+    "bool": ("|b1", 1, False),
 }
 
 
@@ -56,8 +63,12 @@ class Encoder:
         if isinstance(value, tuple) and not hasattr(value, "_fields"):
             return {"$": "tuple", "items": [self.encode(v, where, depth + 1) for v in value]}
         if isinstance(value, (dict, types.MappingProxyType)):
-            return {"$": "dict", "items": [[self.encode(k, where, depth + 1), self.encode(v, where, depth + 1)]
-                                           for k, v in value.items()]}
+            return {
+                "$": "dict",
+                "items": [
+                    [self.encode(k, where, depth + 1), self.encode(v, where, depth + 1)] for k, v in value.items()
+                ],
+            }
         if isinstance(value, (bytes, bytearray)):
             return {"$": "bytes", "b64": base64.b64encode(bytes(value)).decode("ascii")}
         if is_tensor(value):
@@ -69,10 +80,11 @@ class Encoder:
                     f"{where}: dataclass {type(value).__qualname__} has no codec; pass "
                     f"codecs={{'<tag>': {type(value).__name__}}} to save and load"
                 )
-            fields = {f.name: self.encode(getattr(value, f.name), where, depth + 1)
-                      for f in dataclasses.fields(value)}
+            fields = {f.name: self.encode(getattr(value, f.name), where, depth + 1) for f in dataclasses.fields(value)}
             return {"$": "dataclass", "codec": tag, "fields": fields}
-        raise ExperienceError(f"{where}: unsupported value of type {type(value).__qualname__} (opaque objects cannot be saved)")
+        raise ExperienceError(
+            f"{where}: unsupported value of type {type(value).__qualname__} (opaque objects cannot be saved)"
+        )
 
 
 class Decoder:
@@ -173,7 +185,9 @@ def decode_tensor(data: dict, where: str):
     numpy_dtype, size, floating = _DTYPES[name]
     count = math.prod(shape)
     if len(raw) != count * size:
-        raise ExperienceError(f"{where}: tensor of shape {shape} {name} needs {count * size} bytes, payload has {len(raw)}")
+        raise ExperienceError(
+            f"{where}: tensor of shape {shape} {name} needs {count * size} bytes, payload has {len(raw)}"
+        )
     try:
         import numpy
         import torch

@@ -21,13 +21,23 @@ _PRIMITIVES = (str, int, float, bool, type(None))
 def describe(op: Any) -> dict:
     """A JSON-safe description of ``op``; raises ``FingerprintError`` if its semantics are opaque."""
     if isinstance(op, Operation):
-        return {"type": "tensorcode.Operation", "replay": op.kind, "configuration": _json(op.configuration(), "configuration"), "state": []}
+        return {
+            "type": "tensorcode.Operation",
+            "replay": op.kind,
+            "configuration": _json(op.configuration(), "configuration"),
+            "state": [],
+        }
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(op, torch.nn.Module):
         own = getattr(op, "configuration", None)
         configuration = _json(own(), "configuration") if callable(own) else _module_fallback(op)
         replay = EXTERNAL if getattr(op, "tensorcode_external", False) else PURE
-        return {"type": qualified_name(type(op)), "replay": replay, "configuration": configuration, "state": tensor_state(op)}
+        return {
+            "type": qualified_name(type(op)),
+            "replay": replay,
+            "configuration": configuration,
+            "state": tensor_state(op),
+        }
     raise FingerprintError(
         f"{type(op).__qualname__} is not an operation: bind a torch.nn.Module or a callable declared with "
         "tensorcode.operation / tensorcode.external"
@@ -40,17 +50,25 @@ def qualified_name(cls: type) -> str:
 
 def tensor_state(module) -> list:
     """``[name, shape, dtype, requires_grad]`` for every parameter and buffer (``None`` flag for buffers)."""
-    state = [[n, list(p.shape), str(p.dtype).removeprefix("torch."), bool(p.requires_grad)]
-             for n, p in module.named_parameters(remove_duplicate=False)]
-    state += [[n, list(b.shape), str(b.dtype).removeprefix("torch."), None]
-              for n, b in module.named_buffers(remove_duplicate=False)]
+    state = [
+        [n, list(p.shape), str(p.dtype).removeprefix("torch."), bool(p.requires_grad)]
+        for n, p in module.named_parameters(remove_duplicate=False)
+    ]
+    state += [
+        [n, list(b.shape), str(b.dtype).removeprefix("torch."), None]
+        for n, b in module.named_buffers(remove_duplicate=False)
+    ]
     return state
 
 
 def difference(saved: Any, current: Any, where: str = "") -> str | None:
     """The first place two descriptions differ, as a short path (``configuration.labels[2]``), else None."""
-    if type(saved) is not type(current) and not (isinstance(saved, (int, float)) and isinstance(current, (int, float))
-                                                  and not isinstance(saved, bool) and not isinstance(current, bool)):
+    if type(saved) is not type(current) and not (
+        isinstance(saved, (int, float))
+        and isinstance(current, (int, float))
+        and not isinstance(saved, bool)
+        and not isinstance(current, bool)
+    ):
         return where or "<root>"
     if isinstance(saved, dict):
         for key in sorted(set(saved) | set(current)):

@@ -96,8 +96,12 @@ class Tool(nn.Module):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().to("cpu").contiguous().clone() for k, v in self.state_dict().items()}
-        manifest = {"format": FORMAT, "version": VERSION, "class": _qualified(type(self)),
-                    "configuration": self.configuration()}
+        manifest = {
+            "format": FORMAT,
+            "version": VERSION,
+            "class": _qualified(type(self)),
+            "configuration": self.configuration(),
+        }
         weights_tmp = _temporary(directory, WEIGHTS)
         save_file(state, weights_tmp)
         os.replace(weights_tmp, directory / WEIGHTS)
@@ -106,7 +110,7 @@ class Tool(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, *, device: str | torch.device = "cpu") -> Tool:
         """Load a tool saved by ``save_pretrained`` of this same class, strictly."""
-        from safetensors import SafetensorsError
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         directory = Path(directory)
@@ -128,7 +132,7 @@ class Tool(nn.Module):
             raise ValueError(f"{directory}: configuration does not round-trip through {cls.__name__}")
         try:
             state = load_file(str(directory / WEIGHTS))
-        except (OSError, SafetensorsError) as exc:
+        except (OSError, SafetensorError) as exc:
             raise ValueError(f"{directory / WEIGHTS}: cannot read weights: {exc}") from exc
         expected = tool.state_dict()
         missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))

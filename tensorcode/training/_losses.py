@@ -11,9 +11,13 @@ def cross_entropy(output: torch.Tensor, target, labels: list | None = None) -> t
     if not isinstance(output, torch.Tensor) or output.dim() not in (1, 2):
         raise ValueError("cross_entropy needs logits of shape (classes,) or (batch, classes)")
     classes = output.shape[-1]
-    if isinstance(target, str) or (isinstance(target, (list, tuple)) and target and all(isinstance(t, str) for t in target)):
+    if isinstance(target, str) or (
+        isinstance(target, (list, tuple)) and target and all(isinstance(t, str) for t in target)
+    ):
         if labels is None:
-            raise ValueError("label-string targets need an operation with a label order (labels or configuration()['labels'])")
+            raise ValueError(
+                "label-string targets need an operation with a label order (labels or configuration()['labels'])"
+            )
         names = [target] if isinstance(target, str) else list(target)
         unknown = [n for n in names if n not in labels]
         if unknown:
@@ -27,9 +31,13 @@ def cross_entropy(output: torch.Tensor, target, labels: list | None = None) -> t
     target = target.to(output.device)
     if target.is_floating_point():
         if target.shape != output.shape:
-            raise ValueError(f"probability targets need the output's shape {tuple(output.shape)}, got {tuple(target.shape)}")
-        return F.cross_entropy(output.unsqueeze(0) if output.dim() == 1 else output,
-                               target.unsqueeze(0).to(output.dtype) if output.dim() == 1 else target.to(output.dtype))
+            raise ValueError(
+                f"probability targets need the output's shape {tuple(output.shape)}, got {tuple(target.shape)}"
+            )
+        return F.cross_entropy(
+            output.unsqueeze(0) if output.dim() == 1 else output,
+            target.unsqueeze(0).to(output.dtype) if output.dim() == 1 else target.to(output.dtype),
+        )
     if target.dtype == torch.bool or target.is_complex():
         raise ValueError("cross_entropy targets must be integer class indices")
     target = target.long()
@@ -38,7 +46,9 @@ def cross_entropy(output: torch.Tensor, target, labels: list | None = None) -> t
             raise ValueError(f"one logit vector needs one class index, got shape {tuple(target.shape)}")
         output, target = output.unsqueeze(0), target.unsqueeze(0)
     elif target.shape != output.shape[:1]:
-        raise ValueError(f"{output.shape[0]} logit rows need {output.shape[0]} class indices, got shape {tuple(target.shape)}")
+        raise ValueError(
+            f"{output.shape[0]} logit rows need {output.shape[0]} class indices, got shape {tuple(target.shape)}"
+        )
     if bool(((target < 0) | (target >= classes)).any()):
         raise ValueError(f"class index out of range for {classes} classes: {target.tolist()}")
     return F.cross_entropy(output, target)

@@ -26,7 +26,9 @@ class Trainer:
 
     # -- construction ------------------------------------------------------------------------------------------
     @classmethod
-    def from_ops(cls, operations: Mapping, *, optimizer=None, lr: float = 0.01, losses: Mapping | None = None) -> Trainer:
+    def from_ops(
+        cls, operations: Mapping, *, optimizer=None, lr: float = 0.01, losses: Mapping | None = None
+    ) -> Trainer:
         """Bind already-constructed operations; module modes are left as they are."""
         return cls._create(operations, optimizer, lr, losses, tool=None)
 
@@ -106,8 +108,9 @@ class Trainer:
         operation = self._operations[plan.operation]
         with torch.no_grad(), trace() as session:
             output = operation(plan.inputs)
-        session.supervise(session.calls[-1].output if _is_scalar(output) else output, plan.target,
-                          loss=plan.loss, source=source)
+        session.supervise(
+            session.calls[-1].output if _is_scalar(output) else output, plan.target, loss=plan.loss, source=source
+        )
         return session
 
     def step(self, session: Trace) -> float:
@@ -267,5 +270,3 @@ def _json_mapping(value) -> dict:
         return json.loads(json.dumps(dict(value), allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"progress must be JSON-safe: {exc}") from exc
-
-
