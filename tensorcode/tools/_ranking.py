@@ -1,0 +1,388 @@
+"""Scoring candidates against a question and evidence sources, with attention over the sources.
+
+Shared by the tools that rank supplied alternatives (Decision's hypotheses, Planner's plans; usable for an
+Investigator's ranking mode). Three pieces, each usable alone:
+
+- validation: :func:`check_ranking_input` (one ``{"question", "evidence", "<candidates>"}`` input, returned
+  as a normalized JSON-safe copy) and :func:`check_ranking_target` (an id, an index or a distribution,
+  returned as a distribution over the supplied candidates). Both raise ``ValueError`` naming the bad field and
+  touch no state, so a tool can validate a whole batch before recording anything.
+- the model: :class:`EvidenceRanker` scores every candidate with attention over the evidence sources
+  (:class:`RankingOutput`), and :meth:`EvidenceRanker.context` summarises a question and its evidence into one
+  vector (for a generator).
+- training and receipts: :func:`soft_cross_entropy` (cross-entropy against target distributions, padding
+  ignored), :func:`distribution_tensor` and :func:`ranking_receipt` (the JSON-safe receipt a reviewer reads).
+
+How a candidate is scored: a source's relevance to the question and a candidate's match with a source are
+token-level soft matches (each query token's best-matching source token, as in ColBERT's late interaction), so
+a candidate naming what a relevant source says scores high even for word combinations never seen in training.
+Candidate ``k``'s score is ``direct(question, k) + logsumexp_j(relevance_j + match_kj)``: a soft "some source
+is relevant to the question and supports the candidate". A source's relevance also has a learned salience
+term (its content alone: an alert matters more than chatter). The softmax inside that logsumexp is the
+attention reported for ``k`` (where the model looked); with no evidence the score is the direct term alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._text import TextEncoder, Tokenizer
+
+__all__ = [
+    "NEGATIVE",
+    "EvidenceRanker",
+    "RankingOutput",
+    "check_ranking_input",
+    "check_ranking_target",
+    "check_text",
+    "distribution_tensor",
+    "ranking_receipt",
+    "soft_cross_entropy",
+]
+
+# Padding scores are a large finite negative rather than -inf: outputs stay finite (they may be snapshotted)
+# and a fully padded row cannot turn gradients into NaN. It also fits in float16.
+NEGATIVE = -1.0e4
+_SUM_TOLERANCE = 1e-4
+
+
+# -- validation ----------------------------------------------------------------------------------------------
+def check_text(value: Any, field: str) -> str:
+    """A nonempty string (not only whitespace), else ``ValueError`` naming ``field``."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field}: expected text (a string), got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{field}: text is empty")
+    return value
+
+
+def check_ranking_input(
+    value: Any,
+    *,
+    field: str = "inputs",
+    question_key: str = "question",
+    candidates_key: str = "hypotheses",
+    require_candidates: bool = True,
+) -> dict:
+    """Validate one ranking input and return a normalized copy.
+
+    ``value`` is ``{question_key: text, "evidence": [{"source_id", "text"}], candidates_key: [{"id",
+    "text"}]}``; ``evidence`` may be omitted (no evidence). Unknown keys, empty text, non-string or duplicate
+    ids and an empty candidate list are refused with a ``ValueError`` naming the field
+    (``inputs['hypotheses'][1]['id']``). With ``require_candidates=False`` the candidate list may be absent
+    (it is then returned empty), for objectives that only read the question and evidence.
+    """
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{field}: expected a mapping with keys {question_key!r}, 'evidence', {candidates_key!r}; "
+            f"got {type(value).__name__}"
+        )
+    allowed = {question_key, "evidence", candidates_key}
+    unknown = sorted(str(k) for k in set(value) - allowed)
+    if unknown:
+        raise ValueError(f"{field}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(allowed))}")
+    if question_key not in value:
+        raise ValueError(f"{field}: missing {question_key!r}")
+    question = check_text(value[question_key], f"{field}[{question_key!r}]")
+    evidence = _check_items(value.get("evidence", []), f"{field}['evidence']", "source_id", allow_empty=True)
+    if candidates_key in value or require_candidates:
+        if candidates_key not in value:
+            raise ValueError(f"{field}: missing {candidates_key!r}")
+        candidates = _check_items(value[candidates_key], f"{field}[{candidates_key!r}]", "id", allow_empty=False)
+    else:
+        candidates = []
+    return {question_key: question, "evidence": evidence, candidates_key: candidates}
+
+
+def check_ranking_target(
+    target: Any, candidate_ids: Sequence[str], *, field: str = "targets", noun: str = "hypothesis"
+) -> list[float]:
+    """Return the target as a distribution over ``candidate_ids``.
+
+    A target is a candidate id (str), an index (int, not bool) or a finite nonnegative distribution summing
+    to one (a list, tuple or 1-D tensor with one number per candidate). Anything else is refused naming
+    ``field``.
+    """
+    count = len(candidate_ids)
+    if isinstance(target, str):
+        if target not in candidate_ids:
+            raise ValueError(
+                f"{field}: unknown {noun} id {target!r}; supplied ids: {', '.join(map(repr, candidate_ids))}"
+            )
+        return _one_hot(candidate_ids.index(target), count)
+    if isinstance(target, bool):
+        raise ValueError(f"{field}: a {noun} target is an id, an index or a distribution, not a bool")
+    if isinstance(target, int):
+        if not 0 <= target < count:
+            raise ValueError(f"{field}: index {target} out of range for {count} supplied {noun} candidates")
+        return _one_hot(target, count)
+    if isinstance(target, torch.Tensor):
+        if target.dim() != 1 or target.is_complex() or target.dtype == torch.bool:
+            raise ValueError(f"{field}: a distribution tensor must be 1-D and real, got shape {tuple(target.shape)}")
+        target = target.detach().to("cpu", torch.float64).tolist()
+    if isinstance(target, (list, tuple)):
+        if len(target) != count:
+            raise ValueError(f"{field}: distribution has {len(target)} values for {count} supplied {noun} candidates")
+        values = []
+        for i, p in enumerate(target):
+            if isinstance(p, bool) or not isinstance(p, (int, float)):
+                raise ValueError(f"{field}[{i}]: expected a number, got {type(p).__name__}")
+            if not math.isfinite(p):
+                raise ValueError(f"{field}[{i}]: distribution values must be finite, got {p}")
+            if p < 0:
+                raise ValueError(f"{field}[{i}]: distribution values must be nonnegative, got {p}")
+            values.append(float(p))
+        total = sum(values)
+        if abs(total - 1.0) > _SUM_TOLERANCE:
+            raise ValueError(f"{field}: distribution must sum to one, sums to {total:.6g}")
+        return [v / total for v in values]
+    raise ValueError(
+        f"{field}: a {noun} target is an id (str), an index (int) or a distribution (list of numbers), "
+        f"got {type(target).__name__}"
+    )
+
+
+def _one_hot(index: int, count: int) -> list[float]:
+    return [1.0 if i == index else 0.0 for i in range(count)]
+
+
+def _check_items(items: Any, field: str, id_key: str, *, allow_empty: bool) -> list[dict]:
+    if not isinstance(items, (list, tuple)):
+        raise ValueError(f"{field}: expected a list of {{{id_key!r}, 'text'}} mappings, got {type(items).__name__}")
+    if not items and not allow_empty:
+        raise ValueError(f"{field}: needs at least one entry")
+    seen: set[str] = set()
+    normalized = []
+    for i, item in enumerate(items):
+        where = f"{field}[{i}]"
+        if not isinstance(item, dict):
+            raise ValueError(f"{where}: expected a mapping with {id_key!r} and 'text', got {type(item).__name__}")
+        unknown = sorted(str(k) for k in set(item) - {id_key, "text"})
+        if unknown:
+            raise ValueError(f"{where}: unknown key {unknown[0]!r}; valid keys: {id_key}, text")
+        for key in (id_key, "text"):
+            if key not in item:
+                raise ValueError(f"{where}: missing {key!r}")
+        identifier = check_text(item[id_key], f"{where}[{id_key!r}]")
+        if identifier in seen:
+            raise ValueError(f"{where}[{id_key!r}]: duplicate id {identifier!r}")
+        seen.add(identifier)
+        normalized.append({id_key: identifier, "text": check_text(item["text"], f"{where}['text']")})
+    return normalized
+
+
+# -- model ---------------------------------------------------------------------------------------------------
+@dataclass
+class RankingOutput:
+    """What :class:`EvidenceRanker` computes for a batch (``K`` candidates, ``S`` sources, padded).
+
+    ``scores`` (batch, K): padded entries hold :data:`NEGATIVE`. ``candidate_mask`` (batch, K) and
+    ``source_mask`` (batch, S) are boolean. ``attention`` (batch, K, S): per candidate, a distribution over
+    its example's sources (all zero without evidence). ``relevance`` (batch, S): attention of the question
+    alone. ``features`` (batch, K, feature_dim): candidate, question, attended evidence and their product, for
+    heads that predict something other than a ranking score (Planner's outcomes).
+    """
+
+    scores: torch.Tensor
+    candidate_mask: torch.Tensor
+    attention: torch.Tensor
+    source_mask: torch.Tensor
+    relevance: torch.Tensor
+    features: torch.Tensor
+
+
+class EvidenceRanker(nn.Module):
+    """Scores candidates given a question and evidence sources, attending over the sources.
+
+    ``encoder`` is any module with :class:`~tensorcode.tools._text.TextEncoder`'s interface
+    (``encoder(ids, mask) -> (states, mask, pooled)``); by default a new one is built, pass one to share word
+    embeddings with other parts of a tool. ``feature_dim`` is ``4 * dim``.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, dim: int, encoder: nn.Module | None = None):
+        super().__init__()
+        self.tokenizer = tokenizer
+        self.dim = dim
+        self.feature_dim = 4 * dim
+        if encoder is None:
+            encoder = TextEncoder(tokenizer.buckets, dim, tokenizer.max_words)
+        self.encoder = encoder
+        self.question_key = nn.Linear(dim, dim, bias=False)
+        self.source_key = nn.Linear(dim, dim, bias=False)
+        self.candidate_key = nn.Linear(dim, dim, bias=False)
+        self.source_value = nn.Linear(dim, dim, bias=False)
+        self.relevance_scale = nn.Parameter(torch.tensor(1.0))
+        self.match_scale = nn.Parameter(torch.tensor(1.0))
+        # A source can matter by its content alone (an alert vs. chatter), whatever the question's wording.
+        self.salience = nn.Linear(dim, 1)
+        self.direct = nn.Sequential(nn.Linear(3 * dim, dim), nn.Tanh(), nn.Linear(dim, 1))
+        with torch.no_grad():
+            # Start every key projection at the identity (plus the default noise) so token matching works
+            # from the first step; training then learns which words should match.
+            for layer in (self.question_key, self.source_key, self.candidate_key, self.source_value):
+                layer.weight.add_(torch.eye(dim))
+
+    def forward(self, questions: list[str], evidence: list[list[str]], candidates: list[list[str]]) -> RankingOutput:
+        """Score ``candidates[b]`` (texts) for ``questions[b]`` given the source texts ``evidence[b]``."""
+        question, question_tokens, question_mask = self._encode_flat(questions)
+        sources, source_tokens, token_mask, source_mask = self._encode_groups(evidence)
+        cands, cand_tokens, cand_tokens_mask, cand_mask = self._encode_groups(candidates)
+        relevance = self._relevance(question_tokens, question_mask, sources, source_tokens, token_mask)
+        match = (
+            self.match_scale
+            * self.dim**-0.5
+            * _late_interaction(
+                self.candidate_key(cand_tokens).unsqueeze(2),
+                cand_tokens_mask.unsqueeze(2),
+                self.source_key(source_tokens).unsqueeze(1),
+                token_mask.unsqueeze(1),
+            )
+        )  # (batch, K, S)
+        joint = (relevance.unsqueeze(1) + match).masked_fill(~source_mask.unsqueeze(1), NEGATIVE)
+        has_source = source_mask.any(-1, keepdim=True)  # (batch, 1)
+        attention = torch.softmax(joint, dim=-1) * source_mask.unsqueeze(1)  # (batch, K, S)
+        support = torch.logsumexp(joint, dim=-1) if joint.shape[-1] else joint.new_zeros(joint.shape[:-1])
+        support = torch.where(has_source, support, torch.zeros_like(support))  # (batch, K)
+
+        q = question.unsqueeze(1).expand_as(cands)  # (batch, K, dim)
+        direct = self.direct(torch.cat([q, cands, q * cands], dim=-1)).squeeze(-1)  # (batch, K)
+        scores = (direct + support).masked_fill(~cand_mask, NEGATIVE)
+
+        attended = attention @ self.source_value(sources)  # (batch, K, dim)
+        features = torch.cat([cands, q, attended, cands * attended], dim=-1)  # (batch, K, 4 * dim)
+        relevance_weights = _masked_softmax(relevance, source_mask)
+        return RankingOutput(scores, cand_mask, attention, source_mask, relevance_weights, features)
+
+    def context(self, questions: list[str], evidence: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(context (batch, dim), attention (batch, S))``: the question plus the evidence it attends to."""
+        question, question_tokens, question_mask = self._encode_flat(questions)
+        sources, source_tokens, token_mask, source_mask = self._encode_groups(evidence)
+        relevance = self._relevance(question_tokens, question_mask, sources, source_tokens, token_mask)
+        attention = _masked_softmax(relevance, source_mask)  # (batch, S)
+        attended = (attention.unsqueeze(-1) * self.source_value(sources)).sum(1)  # (batch, dim)
+        return torch.tanh(question + attended), attention
+
+    def _relevance(self, question_tokens, question_mask, sources, source_tokens, token_mask) -> torch.Tensor:
+        """(batch, S): how well each source answers the question, plus how informative it is on its own."""
+        matched = _late_interaction(
+            self.question_key(question_tokens).unsqueeze(1),
+            question_mask.unsqueeze(1),
+            self.source_key(source_tokens),
+            token_mask,
+        )
+        return self.relevance_scale * self.dim**-0.5 * matched + self.salience(sources).squeeze(-1)
+
+    # (texts) -> pooled (batch, dim), token states (batch, words, dim), token mask (batch, words)
+    def _encode_flat(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids, mask = self.tokenizer.batch(texts, self._device())
+        states, mask, pooled = self.encoder(ids, mask)
+        return pooled, states, mask
+
+    def _encode_groups(self, groups: list[list[str]]):
+        """Pooled (batch, M, dim), tokens (batch, M, words, dim), token mask, item mask (batch, M)."""
+        device = self._device()
+        batch, width = len(groups), max((len(g) for g in groups), default=0)
+        rows = torch.tensor([b for b, g in enumerate(groups) for _ in g], dtype=torch.long, device=device)
+        cols = torch.tensor([m for g in groups for m in range(len(g))], dtype=torch.long, device=device)
+        flat = [text for g in groups for text in g]
+        if not flat:
+            pooled = torch.zeros(batch, width, self.dim, device=device)
+            token_mask = torch.zeros(batch, width, 1, dtype=torch.bool, device=device)
+            return pooled, pooled.unsqueeze(2), token_mask, token_mask[..., 0]
+        ids, mask = self.tokenizer.batch(flat, device)
+        states, mask, pooled_flat = self.encoder(ids, mask)  # (items, words, dim)
+        words = ids.shape[1]
+        tokens = states.new_zeros(batch, width, words, self.dim).index_put((rows, cols), states)
+        token_mask = mask.new_zeros(batch, width, words).index_put((rows, cols), mask)
+        pooled = pooled_flat.new_zeros(batch, width, self.dim).index_put((rows, cols), pooled_flat)
+        item_mask = torch.zeros(batch, width, dtype=torch.bool, device=device)
+        item_mask[rows, cols] = True
+        return pooled, tokens, token_mask, item_mask
+
+    def _device(self) -> torch.device:
+        return self.question_key.weight.device
+
+
+def _masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension with masked entries at zero (all zero for a fully masked row)."""
+    return torch.softmax(logits.masked_fill(~mask, NEGATIVE), dim=-1) * mask
+
+
+def _late_interaction(queries, query_mask, keys, key_mask) -> torch.Tensor:
+    """Mean over query tokens of each one's best dot product with a key token.
+
+    ``queries`` (..., Lq, dim) with mask (..., Lq); ``keys`` (..., Lk, dim) with mask (..., Lk); leading
+    dimensions broadcast. Returns (...).
+    """
+    sims = queries.unsqueeze(-2) @ keys.unsqueeze(-3).transpose(-1, -2)  # (..., Lq, 1, Lk)
+    sims = sims.squeeze(-2).masked_fill(~key_mask.unsqueeze(-2), NEGATIVE)  # (..., Lq, Lk)
+    best = sims.max(dim=-1).values.clamp(min=NEGATIVE)  # (..., Lq)
+    best = best * key_mask.any(-1, keepdim=True).to(best.dtype)  # a padded key set matches nothing
+    weights = query_mask.to(best.dtype)
+    return (best * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
+
+
+# -- training and receipts -----------------------------------------------------------------------------------
+def distribution_tensor(distributions: list[list[float]], width: int | None = None) -> torch.Tensor:
+    """Right-pad per-example distributions with zeros into a float32 ``(batch, width)`` tensor."""
+    width = max(len(d) for d in distributions) if width is None else width
+    out = torch.zeros(len(distributions), width, dtype=torch.float32)
+    for i, row in enumerate(distributions):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out
+
+
+def soft_cross_entropy(scores: torch.Tensor, mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of ``scores`` (batch, K) against distributions ``target`` (batch, K).
+
+    Padded candidates (``mask`` false) get no probability and must carry zero target mass.
+    """
+    target = target.to(device=scores.device, dtype=scores.dtype)
+    if target.shape != scores.shape:
+        raise ValueError(f"target shape {tuple(target.shape)} does not match scores {tuple(scores.shape)}")
+    log_probs = torch.log_softmax(scores.masked_fill(~mask, NEGATIVE), dim=-1).masked_fill(~mask, 0.0)
+    return -(target * log_probs).sum(-1).mean()
+
+
+def ranking_receipt(
+    candidates: list[dict],
+    source_ids: list[str],
+    scores: Sequence[float],
+    attention: Sequence[Sequence[float]],
+    *,
+    id_key: str = "id",
+    extra: Sequence[dict] | None = None,
+) -> dict:
+    """The JSON-safe receipt of one ranked example.
+
+    ``{"selected_id", "selected_index", "candidates": [{"id", "score", "probability", "attention"}],
+    "attention"}`` where each candidate's ``attention`` maps ``source_id`` to weight and the top-level
+    ``attention`` is the selected candidate's. ``extra[k]`` entries are merged into candidate ``k`` (e.g. a
+    predicted outcome). Probabilities are the softmax of the scores; ties select the first candidate.
+    """
+    scores_t = torch.tensor(list(scores), dtype=torch.float64)
+    probabilities = torch.softmax(scores_t, dim=0).tolist()
+    selected = int(torch.argmax(scores_t).item())
+    entries = []
+    for k, candidate in enumerate(candidates):
+        entry = {
+            "id": candidate[id_key],
+            "score": float(scores[k]),
+            "probability": float(probabilities[k]),
+            "attention": {sid: float(attention[k][j]) for j, sid in enumerate(source_ids)},
+        }
+        if extra is not None:
+            entry.update(extra[k])
+        entries.append(entry)
+    return {
+        "selected_id": candidates[selected][id_key],
+        "selected_index": selected,
+        "candidates": entries,
+        "attention": dict(entries[selected]["attention"]),
+    }

@@ -1,0 +1,250 @@
+"""Chatbot: replies to text, keeps conversations apart from its weights, and learns from reviewed replies."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ._base import CapturePlan, Tool, _qualified, _write_atomic
+from ._ranking import check_text
+from ._text import Generator, TextEncoder, Tokenizer
+
+MODES = ("reply",)
+CONVERSATION_FORMAT = "tensorcode.conversation"
+CONVERSATION_VERSION = 1
+
+
+class Chatbot(Tool):
+    """A small encoder-decoder: ``bot(text) -> reply``, ``bot.generate(texts) -> replies``.
+
+    Replies are decoded greedily, at most ``max_length`` UTF-8 bytes. ``bot.start_conversation()`` opens a
+    :class:`Conversation`, whose turns are saved and loaded separately from the model: the bot itself holds no
+    conversation, so ``save_pretrained``/``from_pretrained`` neither store nor restore one.
+
+    Training (``Trainer.from_tool``): inputs and targets are equal-length lists of text (a single text and
+    a single reply are accepted as a batch of one; so is the envelope ``{"mode": "reply", "inputs":
+    [...]}``). The loss ``"chatbot.reply"`` is teacher-forced cross-entropy of the reviewed replies under the
+    decoder. The recorded call encodes only the inputs; reviewed replies stay targets and never become input.
+
+    Configuration:
+
+    - ``seed`` (int or null, default 0): seeds initialisation.
+    - ``dim`` (int, default 64): width of the encoder and the decoder.
+    - ``buckets`` (int, default 4096): hashed word-id buckets of the open-vocabulary tokenizer.
+    - ``max_words`` (int, default 64): words of input the encoder reads.
+    - ``lowercase`` (bool, default true): lowercase input text before hashing words.
+    - ``max_length`` (int, default 96): most UTF-8 bytes in a reply (and in a reviewed target reply).
+    - ``history_turns`` (int, default 0): earlier exchanges of a conversation prepended to the model input.
+      With 0 a message is answered on its own, exactly as ``bot(text)`` answers it, which is what a bot
+      trained on single-turn pairs needs; raise it for a bot trained on conversation inputs
+      (``turn["input"]``).
+    """
+
+    NAME: ClassVar[str] = "chatbot"
+    FIELDS: ClassVar[dict[str, Any]] = {
+        "seed": 0,
+        "dim": 64,
+        "buckets": 4096,
+        "max_words": 64,
+        "lowercase": True,
+        "max_length": 96,
+        "history_turns": 0,
+    }
+
+    @classmethod
+    def check_configuration(cls, configuration: dict) -> None:
+        seed = configuration["seed"]
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed: expected an integer or null, got {seed!r}")
+        for name in ("dim", "buckets", "max_words", "max_length"):
+            value = configuration[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        turns = configuration["history_turns"]
+        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
+            raise ValueError(f"history_turns: expected a nonnegative integer, got {turns!r}")
+        if not isinstance(configuration["lowercase"], bool):
+            raise ValueError(f"lowercase: expected true or false, got {configuration['lowercase']!r}")
+
+    def build(self) -> None:
+        config = self._configuration
+        dim = config["dim"]
+        self.tokenizer = Tokenizer(config["buckets"], config["lowercase"], config["max_words"])
+        self.encoder = TextEncoder(config["buckets"], dim, config["max_words"])
+        self.summary = nn.Linear(2 * dim, dim)
+        self.generator = Generator(dim, config["max_length"])
+
+    # -- prediction ----------------------------------------------------------------------------------------
+    def forward(self, text: str | list[str]) -> str | list[str]:
+        """The reply to ``text``, or the list of replies to a list of texts."""
+        if isinstance(text, (list, tuple)):
+            return self.generate(text)
+        return self.generate([check_text(text, "text")])[0]
+
+    def generate(self, texts: list[str]) -> list[str]:
+        """Greedy replies to a batch of texts, one batched forward."""
+        texts = _texts(texts, "texts")
+        with torch.no_grad():
+            return self.generator.generate(self._context(texts))
+
+    def start_conversation(self) -> Conversation:
+        """A new, empty conversation with this bot."""
+        return Conversation(self)
+
+    def reply_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
+        """Teacher-forced loss of reviewed replies ``targets`` to ``inputs`` (same forms as ``capture``)."""
+        plan = self.plan_capture(inputs, targets)
+        return self._reply_loss(self.objective(plan.inputs), plan.target)
+
+    # -- training protocol ---------------------------------------------------------------------------------
+    def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:
+        if isinstance(inputs, dict) and "mode" in inputs:
+            unknown = sorted(str(k) for k in set(inputs) - {"mode", "inputs"})
+            if unknown:
+                raise ValueError(f"inputs: unknown envelope key {unknown[0]!r}; valid keys: inputs, mode")
+            if inputs["mode"] not in MODES:
+                raise ValueError(f"mode: unknown mode {inputs['mode']!r}; Chatbot modes: {', '.join(MODES)}")
+            if "inputs" not in inputs:
+                raise ValueError("inputs: the envelope is missing 'inputs'")
+            inputs = inputs["inputs"]
+        if isinstance(inputs, str):
+            texts = [check_text(inputs, "inputs")]
+            if not isinstance(targets, str):
+                raise ValueError(
+                    f"targets: one input text takes one reply text, got {type(targets).__name__}"
+                )
+            replies = [self._check_reply(targets, "targets")]
+        else:
+            texts = _texts(inputs, "inputs")
+            if not isinstance(targets, (list, tuple)) or len(targets) != len(texts):
+                got = len(targets) if isinstance(targets, (list, tuple)) else type(targets).__name__
+                raise ValueError(
+                    f"targets: expected a list of {len(texts)} replies (one per input), got {got}"
+                )
+            replies = [self._check_reply(t, f"targets[{i}]") for i, t in enumerate(targets)]
+        return CapturePlan(self.NAME, {"mode": "reply", "texts": texts}, replies, "chatbot.reply", len(texts))
+
+    def objective(self, batch: Any) -> dict[str, torch.Tensor]:
+        """``{"context": (batch, dim)}``: the encoded inputs the decoder is conditioned on."""
+        if not isinstance(batch, dict) or batch.get("mode") != "reply":
+            raise ValueError("batch: expected {'mode': 'reply', 'texts': [...]} from Chatbot.prepare_capture")
+        return {"context": self._context(list(batch["texts"]))}
+
+    def losses(self) -> dict:
+        return {"chatbot.reply": self._reply_loss}
+
+    # -- internals -----------------------------------------------------------------------------------------
+    def _context(self, texts: list[str]) -> torch.Tensor:
+        ids, mask = self.tokenizer.batch(texts, self.device)
+        states, mask, pooled = self.encoder(ids, mask)  # (batch, words, dim), (batch, dim)
+        peak = states.masked_fill(~mask.unsqueeze(-1), -1.0).max(dim=1).values  # (batch, dim)
+        return torch.tanh(self.summary(torch.cat([pooled, peak], dim=-1)))  # (batch, dim)
+
+    def _reply_loss(self, output: dict[str, torch.Tensor], target: list[str]) -> torch.Tensor:
+        return self.generator.loss(output["context"], list(target))
+
+    def _check_reply(self, value: Any, field: str) -> str:
+        text = check_text(value, field)
+        size = len(text.encode("utf-8"))
+        if size > self.generator.max_length:
+            raise ValueError(
+                f"{field}: reviewed reply is {size} bytes, longer than "
+                f"max_length={self.generator.max_length}; shorten it or configure a larger max_length"
+            )
+        return text
+
+
+class Conversation:
+    """A conversation with a :class:`Chatbot`: the turns so far, kept and saved apart from the model.
+
+    Each turn records ``user`` (the message), ``reply`` and ``input`` (exactly what the model read: the
+    message after up to ``history_turns`` earlier exchanges), so a reviewer's corrected reply can be captured
+    against the same input the bot saw: ``trainer.capture([turn["input"]], [corrected], source=...)``.
+    """
+
+    def __init__(self, bot: Chatbot, turns: list[dict] | None = None):
+        if not isinstance(bot, Chatbot):
+            raise ValueError(f"bot: a Conversation needs a Chatbot, got {type(bot).__name__}")
+        self.bot = bot
+        self._turns = [dict(t) for t in _check_turns(turns or [], "turns")]
+
+    @property
+    def turns(self) -> list[dict]:
+        """A copy of the turns: ``[{"user", "reply", "input"}, ...]``, oldest first."""
+        return [dict(t) for t in self._turns]
+
+    def say(self, text: str) -> str:
+        """Send ``text``, record the turn and return the bot's reply."""
+        prompt = self.prompt(text)
+        reply = self.bot.generate([prompt])[0]
+        self._turns.append({"user": text, "reply": reply, "input": prompt})
+        return reply
+
+    def prompt(self, text: str) -> str:
+        """The model input for ``text`` now: recent exchanges (as many as fit the encoder) and the message."""
+        check_text(text, "text")
+        keep = self.bot.configuration()["history_turns"]
+        history = self._turns[max(0, len(self._turns) - keep) :] if keep else []
+        limit = self.bot.tokenizer.max_words
+        prompt = text
+        for turn in reversed(history):
+            longer = f"{turn['user']}\n{turn['reply']}\n{prompt}"
+            # The tokenizer keeps the first max_words words; stop before history would push the message out.
+            if len(self.bot.tokenizer.words(longer)) >= limit:
+                break
+            prompt = longer
+        return prompt
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the conversation (turns only, no weights) as JSON, atomically."""
+        document = {
+            "format": CONVERSATION_FORMAT,
+            "version": CONVERSATION_VERSION,
+            "tool": _qualified(type(self.bot)),
+            "turns": self._turns,
+        }
+        _write_atomic(Path(path), json.dumps(document, indent=2, ensure_ascii=False))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, bot: Chatbot) -> Conversation:
+        """Restore a saved conversation and continue it with ``bot`` (any Chatbot, e.g. updated weights)."""
+        path = Path(path)
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: cannot read conversation: {exc}") from exc
+        if (
+            not isinstance(document, dict)
+            or document.get("format") != CONVERSATION_FORMAT
+            or document.get("version") != CONVERSATION_VERSION
+        ):
+            raise ValueError(f"{path}: not a {CONVERSATION_FORMAT} version {CONVERSATION_VERSION} file")
+        return cls(bot, _check_turns(document.get("turns"), f"{path}: turns"))
+
+
+def _texts(texts: Any, field: str) -> list[str]:
+    if not isinstance(texts, (list, tuple)):
+        raise ValueError(f"{field}: expected a list of texts, got {type(texts).__name__}")
+    if not texts:
+        raise ValueError(f"{field}: empty batch; pass at least one text")
+    return [check_text(t, f"{field}[{i}]") for i, t in enumerate(texts)]
+
+
+def _check_turns(turns: Any, field: str) -> list[dict]:
+    if not isinstance(turns, list):
+        raise ValueError(f"{field}: expected a list of turns, got {type(turns).__name__}")
+    checked = []
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, dict) or set(turn) != {"user", "reply", "input"}:
+            raise ValueError(f"{field}[{i}]: a turn is a mapping with exactly 'user', 'reply' and 'input'")
+        for key in ("user", "input"):
+            check_text(turn[key], f"{field}[{i}][{key!r}]")
+        if not isinstance(turn["reply"], str):
+            raise ValueError(f"{field}[{i}]['reply']: expected text, got {type(turn['reply']).__name__}")
+        checked.append({"user": turn["user"], "reply": turn["reply"], "input": turn["input"]})
+    return checked

@@ -1,0 +1,169 @@
+"""Decision: ranks supplied hypotheses for a question, given evidence sources, and learns from reviews."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from ._base import CapturePlan, Tool
+from ._ranking import (
+    EvidenceRanker,
+    check_ranking_input,
+    check_ranking_target,
+    distribution_tensor,
+    ranking_receipt,
+    soft_cross_entropy,
+)
+from ._text import Tokenizer
+
+MODES = ("rank",)
+
+
+class Decision(Tool):
+    """Ranks hypotheses ``{"question", "evidence": [{"source_id", "text"}], "hypotheses": [{"id", "text"}]}``.
+
+    Calling the tool returns a JSON-safe receipt per input: ``selected_id``, ``selected_index``, every
+    hypothesis under ``candidates`` with its ``score``, ``probability`` and ``attention`` (weight per
+    evidence ``source_id``), and the selected hypothesis's ``attention`` (where the model looked). A list of
+    inputs gives a list of receipts from one batched forward.
+
+    Training (``Trainer.from_tool``): a target names one supplied hypothesis by id or index, or is a finite
+    nonnegative distribution over the supplied hypotheses summing to one; the loss (``"decision.rank"``) is
+    cross-entropy against it. ``capture`` takes one input and one target, or a list of inputs and an
+    equal-length list of targets (one batched call). The envelope ``{"mode": "rank", "inputs": ...}`` is
+    accepted too; ``rank`` is the only mode.
+
+    Configuration:
+
+    - ``seed`` (int or null, default 0): seeds initialisation.
+    - ``dim`` (int, default 32): width of word states and every projection.
+    - ``buckets`` (int, default 4096): hashed word-id buckets of the open-vocabulary tokenizer.
+    - ``max_words`` (int, default 64): words kept per text.
+    - ``lowercase`` (bool, default true): lowercase text before hashing words.
+    """
+
+    NAME: ClassVar[str] = "decision"
+    FIELDS: ClassVar[dict[str, Any]] = {
+        "seed": 0,
+        "dim": 32,
+        "buckets": 4096,
+        "max_words": 64,
+        "lowercase": True,
+    }
+
+    @classmethod
+    def check_configuration(cls, configuration: dict) -> None:
+        _check_seed(configuration["seed"])
+        for name in ("dim", "buckets", "max_words"):
+            _check_positive_int(configuration, name)
+        if not isinstance(configuration["lowercase"], bool):
+            raise ValueError(f"lowercase: expected true or false, got {configuration['lowercase']!r}")
+
+    def build(self) -> None:
+        config = self._configuration
+        self.tokenizer = Tokenizer(config["buckets"], config["lowercase"], config["max_words"])
+        self.ranker = EvidenceRanker(self.tokenizer, config["dim"])
+
+    # -- prediction ----------------------------------------------------------------------------------------
+    def forward(self, inputs: Any) -> dict | list[dict]:
+        """Rank one input (returns a receipt) or a list of inputs (returns a list of receipts)."""
+        examples, single = _examples(inputs)
+        with torch.no_grad():
+            output = self.ranker(*_columns(examples))
+        receipts = []
+        for b, example in enumerate(examples):
+            count = len(example["hypotheses"])
+            receipts.append(
+                ranking_receipt(
+                    example["hypotheses"],
+                    [source["source_id"] for source in example["evidence"]],
+                    output.scores[b, :count].tolist(),
+                    output.attention[b, :count, : len(example["evidence"])].tolist(),
+                )
+            )
+        return receipts[0] if single else receipts
+
+    def ranking_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
+        """The training loss of ``inputs``/``targets`` (same forms as ``capture``), differentiable."""
+        plan = self.plan_capture(inputs, targets)
+        return self.losses()[plan.loss](self.objective(plan.inputs), plan.target)
+
+    # -- training protocol ---------------------------------------------------------------------------------
+    def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:
+        examples, single = _examples(inputs)
+        if single:
+            targets = [targets]
+        elif not isinstance(targets, (list, tuple)) or len(targets) != len(examples):
+            got = len(targets) if isinstance(targets, (list, tuple)) else type(targets).__name__
+            raise ValueError(
+                f"targets: expected a list of {len(examples)} targets (one per input), got {got}"
+            )
+        distributions = [
+            check_ranking_target(
+                target,
+                [h["id"] for h in example["hypotheses"]],
+                field="targets" if single else f"targets[{i}]",
+            )
+            for i, (example, target) in enumerate(zip(examples, targets, strict=True))
+        ]
+        return CapturePlan(
+            operation=self.NAME,
+            inputs={"mode": "rank", "examples": examples},
+            target=distribution_tensor(distributions),
+            loss="decision.rank",
+            examples=len(examples),
+        )
+
+    def objective(self, batch: Any) -> dict[str, torch.Tensor]:
+        """``{"scores": (batch, hypotheses), "mask": (batch, hypotheses)}`` for a captured batch."""
+        if not isinstance(batch, dict) or batch.get("mode") != "rank":
+            raise ValueError(
+                "batch: expected {'mode': 'rank', 'examples': [...]} from Decision.prepare_capture"
+            )
+        output = self.ranker(*_columns(batch["examples"]))
+        return {"scores": output.scores, "mask": output.candidate_mask}
+
+    def losses(self) -> dict:
+        return {"decision.rank": _rank_loss}
+
+
+def _rank_loss(output: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+    return soft_cross_entropy(output["scores"], output["mask"], target)
+
+
+def _examples(inputs: Any) -> tuple[list[dict], bool]:
+    """Normalized examples and whether a single input was given; validates everything first."""
+    if isinstance(inputs, dict) and "mode" in inputs:
+        unknown = sorted(str(k) for k in set(inputs) - {"mode", "inputs"})
+        if unknown:
+            raise ValueError(f"inputs: unknown envelope key {unknown[0]!r}; valid keys: inputs, mode")
+        if inputs["mode"] not in MODES:
+            raise ValueError(f"mode: unknown mode {inputs['mode']!r}; Decision modes: {', '.join(MODES)}")
+        if "inputs" not in inputs:
+            raise ValueError("inputs: the envelope is missing 'inputs'")
+        inputs = inputs["inputs"]
+    if isinstance(inputs, (list, tuple)):
+        if not inputs:
+            raise ValueError("inputs: empty batch; pass one input or a nonempty list of inputs")
+        return [check_ranking_input(x, field=f"inputs[{i}]") for i, x in enumerate(inputs)], False
+    return [check_ranking_input(inputs, field="inputs")], True
+
+
+def _columns(examples: list[dict]) -> tuple[list[str], list[list[str]], list[list[str]]]:
+    return (
+        [e["question"] for e in examples],
+        [[s["text"] for s in e["evidence"]] for e in examples],
+        [[h["text"] for h in e["hypotheses"]] for e in examples],
+    )
+
+
+def _check_seed(seed: Any) -> None:
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed: expected an integer or null, got {seed!r}")
+
+
+def _check_positive_int(configuration: dict, name: str) -> None:
+    value = configuration[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")

@@ -1,0 +1,350 @@
+"""Planner: predicts the outcome of each supplied plan for a goal and proposes plans; learns from reviews."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ._base import CapturePlan, Tool
+from ._ranking import EvidenceRanker, check_ranking_input, check_text, ranking_receipt
+from ._text import BOS, EOS, PAD, Generator, Tokenizer
+
+MODES = ("outcome", "proposal")
+PREFERENCES = ("max", "min")
+
+
+class Planner(Tool):
+    """Predicts a numeric outcome per plan and generates plan text.
+
+    Inputs are ``{"goal", "evidence": [{"source_id", "text"}], "plans": [{"id", "text"}]}``. Calling the tool
+    on one returns a JSON-safe receipt: ``selected_id``/``selected_index`` (the plan with the best predicted
+    outcome, highest or lowest per ``prefer``), every plan under ``candidates`` with its predicted
+    ``outcome``, ``score`` (the outcome, negated when lower is better), ``probability`` (softmax of the
+    scores: how strongly the model prefers it) and ``attention`` over evidence ``source_id``s, and the
+    selected plan's ``attention``. A list of inputs gives a list of receipts from one batched forward.
+
+    Modes, chosen by an envelope ``{"mode": ..., "inputs": ...}`` (plain inputs are ``outcome``):
+
+    - ``outcome``: targets are ``{"candidate_id": id, "outcome": number}`` (the loss covers that plan only) or
+      a list of one finite outcome per plan. Loss ``"planner.outcome"``: mean squared error over the observed
+      plans.
+    - ``proposal``: inputs ``{"goal", "evidence"}`` (any ``plans`` are ignored); targets are reviewed plan
+      text. Loss ``"planner.proposal"``: teacher-forced cross-entropy of the plan generator.
+      ``propose(inputs, count=...)`` generates plans; calling the tool on a proposal envelope returns
+      ``{"proposal", "attention"}`` receipts.
+
+    ``capture`` takes one input and one target, or a list of inputs and an equal-length list of targets (one
+    batched call, one provenance string per example).
+
+    Configuration:
+
+    - ``seed`` (int or null, default 0): seeds initialisation.
+    - ``dim`` (int, default 32): width of word states, projections and the generator.
+    - ``buckets`` (int, default 4096): hashed word-id buckets of the open-vocabulary tokenizer.
+    - ``max_words`` (int, default 64): words kept per text.
+    - ``lowercase`` (bool, default true): lowercase text before hashing words.
+    - ``max_length`` (int, default 96): most UTF-8 bytes in a generated plan (and in a proposal target).
+    - ``prefer`` (``"max"`` or ``"min"``, default ``"max"``): whether a higher or a lower outcome is better.
+    """
+
+    NAME: ClassVar[str] = "planner"
+    FIELDS: ClassVar[dict[str, Any]] = {
+        "seed": 0,
+        "dim": 32,
+        "buckets": 4096,
+        "max_words": 64,
+        "lowercase": True,
+        "max_length": 96,
+        "prefer": "max",
+    }
+
+    @classmethod
+    def check_configuration(cls, configuration: dict) -> None:
+        seed = configuration["seed"]
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed: expected an integer or null, got {seed!r}")
+        for name in ("dim", "buckets", "max_words", "max_length"):
+            value = configuration[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        if not isinstance(configuration["lowercase"], bool):
+            raise ValueError(f"lowercase: expected true or false, got {configuration['lowercase']!r}")
+        if configuration["prefer"] not in PREFERENCES:
+            raise ValueError(f"prefer: expected 'max' or 'min', got {configuration['prefer']!r}")
+
+    def build(self) -> None:
+        config = self._configuration
+        dim = config["dim"]
+        self.tokenizer = Tokenizer(config["buckets"], config["lowercase"], config["max_words"])
+        self.ranker = EvidenceRanker(self.tokenizer, dim)
+        self.outcome_head = nn.Sequential(
+            nn.Linear(self.ranker.feature_dim, dim), nn.Tanh(), nn.Linear(dim, 1)
+        )
+        self.generator = Generator(dim, config["max_length"])
+
+    # -- prediction ----------------------------------------------------------------------------------------
+    def forward(self, inputs: Any) -> dict | list[dict]:
+        """Receipts for one input or a list of inputs (outcome receipts, or proposal receipts)."""
+        mode, examples, single = self._examples(inputs)
+        with torch.no_grad():
+            if mode == "proposal":
+                context, attention = self._context(examples)
+                texts = self.generator.generate(context)
+                receipts = [
+                    {"proposal": text, "attention": _attention(example, attention[b].tolist())}
+                    for b, (example, text) in enumerate(zip(examples, texts, strict=True))
+                ]
+            else:
+                output = self._outcomes(examples)
+                receipts = [self._receipt(example, output, b) for b, example in enumerate(examples)]
+        return receipts[0] if single else receipts
+
+    def propose(self, inputs: Any, count: int = 1) -> list[str] | list[list[str]]:
+        """``count`` distinct plan texts for one input (or a list per input): the greedy decoding first, then
+        the next most likely beam-search alternatives. Fewer come back only if fewer distinct texts exist."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"count: expected a positive integer, got {count!r}")
+        if isinstance(inputs, dict) and "mode" in inputs:
+            if inputs.get("mode") != "proposal":
+                raise ValueError(f"mode: propose works on proposal inputs, got mode {inputs.get('mode')!r}")
+        else:
+            inputs = {"mode": "proposal", "inputs": inputs}
+        _, examples, single = self._examples(inputs)
+        with torch.no_grad():
+            context, _ = self._context(examples)
+            greedy = self.generator.generate(context)
+            proposals = []
+            for b, first in enumerate(greedy):
+                texts = [first]
+                if count > 1:
+                    for text in _beam_search(self.generator, context[b : b + 1], count + 1):
+                        if text not in texts:
+                            texts.append(text)
+                proposals.append(texts[:count])
+        return proposals[0] if single else proposals
+
+    # -- training protocol ---------------------------------------------------------------------------------
+    def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:
+        mode, examples, single = self._examples(inputs)
+        if single:
+            targets = [targets]
+        elif not isinstance(targets, (list, tuple)) or len(targets) != len(examples):
+            got = len(targets) if isinstance(targets, (list, tuple)) else type(targets).__name__
+            raise ValueError(
+                f"targets: expected a list of {len(examples)} targets (one per input), got {got}"
+            )
+        fields = ["targets" if single else f"targets[{i}]" for i in range(len(examples))]
+        if mode == "proposal":
+            texts = [self._check_proposal(t, f) for t, f in zip(targets, fields, strict=True)]
+            return CapturePlan(
+                self.NAME,
+                {"mode": "proposal", "examples": examples},
+                texts,
+                "planner.proposal",
+                len(examples),
+            )
+        width = max(len(e["plans"]) for e in examples)
+        outcomes = torch.zeros(len(examples), width)
+        observed = torch.zeros(len(examples), width)
+        for b, (example, target, field) in enumerate(zip(examples, targets, fields, strict=True)):
+            for k, value in _check_outcome(target, [p["id"] for p in example["plans"]], field).items():
+                outcomes[b, k], observed[b, k] = value, 1.0
+        return CapturePlan(
+            self.NAME,
+            {"mode": "outcome", "examples": examples},
+            {"outcomes": outcomes, "observed": observed},
+            "planner.outcome",
+            len(examples),
+        )
+
+    def objective(self, batch: Any) -> dict[str, torch.Tensor]:
+        """Outcome mode: ``{"outcomes": (batch, plans), "mask"}``; proposal: ``{"context": (batch, dim)}``."""
+        mode = batch.get("mode") if isinstance(batch, dict) else None
+        if mode == "outcome":
+            outcomes, mask, _ = self._outcomes(batch["examples"])
+            return {"outcomes": outcomes, "mask": mask}
+        if mode == "proposal":
+            return {"context": self._context(batch["examples"])[0]}
+        raise ValueError(f"batch: unknown mode {mode!r}; expected a batch from Planner.prepare_capture")
+
+    def losses(self) -> dict:
+        return {"planner.outcome": _outcome_loss, "planner.proposal": self._proposal_loss}
+
+    def outcome_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
+        """The outcome-mode training loss of ``inputs``/``targets`` (same forms as ``capture``)."""
+        plan = self.plan_capture(inputs, targets)
+        if plan.loss != "planner.outcome":
+            raise ValueError("mode: outcome_loss takes outcome inputs; use proposal_loss for proposals")
+        return _outcome_loss(self.objective(plan.inputs), plan.target)
+
+    def proposal_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
+        """Teacher-forced loss of reviewed plan ``targets`` for proposal ``inputs`` (envelope optional)."""
+        if not (isinstance(inputs, dict) and "mode" in inputs):
+            inputs = {"mode": "proposal", "inputs": inputs}
+        plan = self.plan_capture(inputs, targets)
+        if plan.loss != "planner.proposal":
+            raise ValueError("mode: proposal_loss takes proposal inputs")
+        return self._proposal_loss(self.objective(plan.inputs), plan.target)
+
+    # -- internals -----------------------------------------------------------------------------------------
+    def _examples(self, inputs: Any) -> tuple[str, list[dict], bool]:
+        mode = "outcome"
+        if isinstance(inputs, dict) and "mode" in inputs:
+            unknown = sorted(str(k) for k in set(inputs) - {"mode", "inputs"})
+            if unknown:
+                raise ValueError(f"inputs: unknown envelope key {unknown[0]!r}; valid keys: inputs, mode")
+            mode = inputs["mode"]
+            if mode not in MODES:
+                raise ValueError(f"mode: unknown mode {mode!r}; Planner modes: {', '.join(MODES)}")
+            if "inputs" not in inputs:
+                raise ValueError("inputs: the envelope is missing 'inputs'")
+            inputs = inputs["inputs"]
+        single = not isinstance(inputs, (list, tuple))
+        items = [inputs] if single else list(inputs)
+        if not items:
+            raise ValueError("inputs: empty batch; pass one input or a nonempty list of inputs")
+        examples = []
+        for i, item in enumerate(items):
+            example = check_ranking_input(
+                item,
+                field="inputs" if single else f"inputs[{i}]",
+                question_key="goal",
+                candidates_key="plans",
+                require_candidates=mode == "outcome",
+            )
+            if mode == "proposal":
+                del example["plans"]  # alternatives are not evidence for the generator
+            examples.append(example)
+        return mode, examples, single
+
+    def _check_proposal(self, target: Any, field: str) -> str:
+        text = check_text(target, field)
+        size = len(text.encode("utf-8"))
+        if size > self.generator.max_length:
+            raise ValueError(
+                f"{field}: reviewed plan is {size} bytes, longer than "
+                f"max_length={self.generator.max_length}; shorten it or configure a larger max_length"
+            )
+        return text
+
+    def _outcomes(self, examples: list[dict]):
+        """Predicted outcomes (batch, plans) (0 at padding), plan mask, and the ranking output."""
+        output = self.ranker(
+            [e["goal"] for e in examples],
+            [[s["text"] for s in e["evidence"]] for e in examples],
+            [[p["text"] for p in e["plans"]] for e in examples],
+        )
+        outcomes = self.outcome_head(output.features).squeeze(-1) * output.candidate_mask  # (batch, plans)
+        return outcomes, output.candidate_mask, output
+
+    def _context(self, examples: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.ranker.context(
+            [e["goal"] for e in examples], [[s["text"] for s in e["evidence"]] for e in examples]
+        )
+
+    def _receipt(self, example: dict, output, b: int) -> dict:
+        outcomes, _, ranking = output
+        count, sources = len(example["plans"]), len(example["evidence"])
+        values = outcomes[b, :count].tolist()
+        sign = 1.0 if self._configuration["prefer"] == "max" else -1.0
+        receipt = ranking_receipt(
+            example["plans"],
+            [s["source_id"] for s in example["evidence"]],
+            [sign * v for v in values],
+            ranking.attention[b, :count, :sources].tolist(),
+            extra=[{"outcome": v} for v in values],
+        )
+        receipt["prefer"] = self._configuration["prefer"]
+        return receipt
+
+    def _proposal_loss(self, output: dict[str, torch.Tensor], target: list[str]) -> torch.Tensor:
+        return self.generator.loss(output["context"], list(target))
+
+
+def _outcome_loss(output: dict[str, torch.Tensor], target: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Squared error averaged over the observed plans only."""
+    predicted = output["outcomes"]
+    outcomes = target["outcomes"].to(predicted.device, predicted.dtype)
+    observed = target["observed"].to(predicted.device, predicted.dtype)
+    return (observed * (predicted - outcomes) ** 2).sum() / observed.sum().clamp(min=1.0)
+
+
+def _check_outcome(target: Any, plan_ids: list[str], field: str) -> dict[int, float]:
+    """Plan index -> observed outcome, from ``{"candidate_id", "outcome"}`` or one outcome per plan."""
+    if isinstance(target, dict):
+        unknown = sorted(str(k) for k in set(target) - {"candidate_id", "outcome"})
+        if unknown:
+            raise ValueError(f"{field}: unknown key {unknown[0]!r}; valid keys: candidate_id, outcome")
+        for key in ("candidate_id", "outcome"):
+            if key not in target:
+                raise ValueError(f"{field}: missing {key!r}")
+        if target["candidate_id"] not in plan_ids:
+            raise ValueError(
+                f"{field}['candidate_id']: unknown plan id {target['candidate_id']!r}; "
+                f"supplied ids: {', '.join(map(repr, plan_ids))}"
+            )
+        return {plan_ids.index(target["candidate_id"]): _finite(target["outcome"], f"{field}['outcome']")}
+    if isinstance(target, torch.Tensor) and target.dim() == 1 and not target.is_complex():
+        target = target.detach().to("cpu", torch.float64).tolist()
+    if isinstance(target, (list, tuple)):
+        if len(target) != len(plan_ids):
+            raise ValueError(
+                f"{field}: {len(target)} outcomes for {len(plan_ids)} supplied plans; give one per plan"
+            )
+        return {k: _finite(v, f"{field}[{k}]") for k, v in enumerate(target)}
+    raise ValueError(
+        f"{field}: a planner target is {{'candidate_id': ..., 'outcome': number}} or one outcome per plan, "
+        f"got {type(target).__name__}"
+    )
+
+
+def _finite(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{field}: expected a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{field}: outcome must be finite, got {value}")
+    return float(value)
+
+
+def _attention(example: dict, weights: list[float]) -> dict[str, float]:
+    return {s["source_id"]: float(w) for s, w in zip(example["evidence"], weights, strict=False)}
+
+
+def _beam_search(generator: Generator, context: torch.Tensor, width: int) -> list[str]:
+    """Up to ``width`` completions for one ``context`` (1, dim), most likely (summed log-prob) first."""
+    limit = generator.max_length
+    live = [([], 0.0)]  # (bytes so far, log-probability)
+    hidden = generator._start(context)  # (1, beams, dim)
+    finished: list[tuple[list[int], float]] = []
+    for step in range(limit + 1):
+        tokens = torch.tensor([[seq[-1] if seq else BOS] for seq, _ in live], device=context.device)
+        logits, hidden = generator._logits(context.expand(len(live), -1), tokens, hidden)
+        log_probs = F.log_softmax(logits[:, -1], dim=-1)  # (beams, vocab)
+        log_probs[:, PAD] = float("-inf")
+        log_probs[:, BOS] = float("-inf")
+        if step == limit:  # out of length: the only way left is to stop
+            for i, (seq, score) in enumerate(live):
+                finished.append((seq, score + float(log_probs[i, EOS])))
+            break
+        totals = log_probs + torch.tensor([s for _, s in live], device=context.device).unsqueeze(1)
+        best = torch.topk(totals.flatten(), min(width, totals.numel()))
+        survivors, rows = [], []
+        for value, index in zip(best.values.tolist(), best.indices.tolist(), strict=True):
+            row, token = divmod(index, totals.shape[1])
+            if token == EOS:
+                finished.append((live[row][0], value))
+            elif value > float("-inf"):
+                survivors.append((live[row][0] + [token], value))
+                rows.append(row)
+        finished.sort(key=lambda item: -item[1])
+        # Scores only fall as sequences grow, so once `width` finished ones beat every live beam we are done.
+        if not survivors or (len(finished) >= width and finished[width - 1][1] >= survivors[0][1]):
+            break
+        live = survivors
+        hidden = hidden[:, rows]
+    finished.sort(key=lambda item: -item[1])
+    return [Tokenizer.decode_bytes(seq) for seq, _ in finished[:width]]
