@@ -1,0 +1,114 @@
+"""Checkpoint I/O: ``Trainer.save_checkpoint`` / ``load_checkpoint`` of a ~100 MB model with Adam state.
+
+Baselines, on the same tensors (model, both Adam slots and step counters, RNG) in the same run:
+- save: ``safetensors.torch.save_file`` plus a SHA-256 of the written bytes (read back);
+- load: read the file, SHA-256 the bytes, ``safetensors.torch.load`` them (which copies every tensor out).
+The checkpoint additionally validates everything, fsyncs the file and the directory twice, snapshots the
+model for rollback and copies the tensors into the live parameters and optimizer. Goal: both ratios <= 1.3.
+
+Run: ``python bench/checkpoint_io.py [--repeats N] [--megabytes MB]``. Ratios compare timings of one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load, save_file
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tensorcode import training  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def build(megabytes: int):
+    """Square float32 linear layers totalling about ``megabytes`` of parameters, after one Adam step."""
+    width, layers = 2048, max(1, round(megabytes * 2**20 / 4 / (2048 * 2049)))
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
+    trainer = training.Trainer.from_ops({"model": model}, optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-3))
+    for p in trainer.parameters:
+        p.grad = torch.randn_like(p)
+    trainer.optimizer.step()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    trainer.steps = 1
+    return trainer
+
+
+def same_tensors(trainer) -> dict:
+    """What the checkpoint stores, as a flat safetensors dict."""
+    tensors = {f"model/model/{k}": v.detach() for k, v in trainer.operations["model"].state_dict().items()}
+    for i, p in enumerate(trainer.parameters):
+        for slot, value in trainer.optimizer.state[p].items():
+            tensors[f"optimizer/{i}/{slot}"] = value
+    tensors["rng/python"] = torch.tensor(random.getstate()[1], dtype=torch.int64)
+    tensors["rng/torch"] = torch.get_rng_state()
+    return tensors
+
+
+def baseline_save(tensors: dict, path: Path) -> str:
+    save_file(tensors, path)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def baseline_load(path: Path) -> dict:
+    data = path.read_bytes()
+    hashlib.sha256(data).hexdigest()
+    return load(data)
+
+
+def timed(fn, *args) -> float:
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--megabytes", type=int, default=100)
+    args = parser.parse_args()
+
+    trainer = build(args.megabytes)
+    tensors = same_tensors(trainer)
+    model_mb = sum(p.numel() * p.element_size() for p in trainer.parameters) / 2**20
+    total_mb = sum(t.numel() * t.element_size() for t in tensors.values()) / 2**20
+    root = Path(tempfile.mkdtemp(prefix="checkpoint-io-", dir=os.environ.get("BENCH_DIR")))
+    times = {"baseline save": [], "checkpoint save": [], "baseline load": [], "checkpoint load": []}
+    try:
+        for repeat in range(args.repeats):
+            directory = root / f"run-{repeat}"
+            baseline = root / f"baseline-{repeat}.safetensors"
+            # Interleaved, so drift in disk or CPU load hits both sides of each ratio alike.
+            times["baseline save"].append(timed(baseline_save, tensors, baseline))
+            times["checkpoint save"].append(timed(trainer.save_checkpoint, directory, {"repeat": repeat}))
+            times["baseline load"].append(timed(baseline_load, baseline))
+            times["checkpoint load"].append(timed(trainer.load_checkpoint, directory))
+            baseline.unlink()
+            shutil.rmtree(directory)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    best = {name: min(values) for name, values in times.items()}
+    print(f"model {model_mb:.0f} MiB of parameters; {total_mb:.0f} MiB of tensors with Adam state and RNG")
+    print(f"best of {args.repeats} repeats (seconds):")
+    for name, value in best.items():
+        print(f"  {name:16s} {value:8.3f}")
+    save_ratio = best["checkpoint save"] / best["baseline save"]
+    load_ratio = best["checkpoint load"] / best["baseline load"]
+    print(f"save ratio {save_ratio:.2f}x, load ratio {load_ratio:.2f}x (goal <= 1.3x)")
+
+
+if __name__ == "__main__":
+    main()
