@@ -1,0 +1,138 @@
+"""Image pieces for Scene: pixel validation, resizing, a patch encoder and attention over its patches.
+
+Images of any size are resized to one square working size, so a batch is one tensor and the patch grid (what a
+reviewer sees attention over) has the same shape for every image; each grid cell covers the same fraction of
+the original picture whatever its size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def check_pixels(pixels: object, field: str = "pixels") -> torch.Tensor:
+    """``pixels`` as a detached float32 ``(3, H, W)`` tensor; otherwise ``ValueError`` naming ``field``."""
+    if not isinstance(pixels, torch.Tensor):
+        raise ValueError(
+            f"{field} must be a torch float tensor of shape (3, H, W), got {type(pixels).__name__}"
+        )
+    if pixels.layout != torch.strided:
+        raise ValueError(f"{field} must be a dense tensor; make it dense with `.to_dense()`")
+    if not pixels.is_floating_point():
+        raise ValueError(
+            f"{field} must be a floating-point tensor with values in [0, 1], got {pixels.dtype}; "
+            "for 8-bit images use `pixels.float() / 255`"
+        )
+    if pixels.dim() != 3 or pixels.shape[0] != 3 or pixels.shape[1] < 1 or pixels.shape[2] < 1:
+        raise ValueError(
+            f"{field} must have shape (3, H, W) (RGB channels first), got {tuple(pixels.shape)}; "
+            "use `image.permute(2, 0, 1)` for (H, W, 3) data"
+        )
+    pixels = pixels.detach()
+    if not bool(torch.isfinite(pixels).all()):
+        raise ValueError(f"{field} must be finite; it contains NaN or infinite values")
+    low, high = float(pixels.min()), float(pixels.max())
+    if low < 0.0 or high > 1.0:
+        raise ValueError(f"{field} values must lie in [0, 1], got range [{low:g}, {high:g}]")
+    return pixels.to(torch.float32).contiguous()
+
+
+def resize(pixels: torch.Tensor, size: int) -> torch.Tensor:
+    """``(..., 3, H, W)`` -> ``(..., 3, size, size)``, antialiased bilinear; as is if already that size."""
+    if tuple(pixels.shape[-2:]) == (size, size):
+        return pixels
+    flat = pixels.reshape(-1, *pixels.shape[-3:])
+    resized = F.interpolate(flat, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return resized.clamp(0.0, 1.0).reshape(*pixels.shape[:-2], size, size)
+
+
+class PatchEncoder(nn.Module):
+    """Convolution and max-pooling stages down to one state per patch, then self-attention across patches.
+
+    ``patch_size`` must be a power of two: each stage halves the resolution, so a patch state summarises its
+    own ``patch_size`` square with a receptive field reaching into its neighbours.
+    """
+
+    def __init__(self, image_size: int, patch_size: int, channels: int, dim: int, heads: int, layers: int):
+        super().__init__()
+        self.grid = image_size // patch_size
+        stages, width = [], 3
+        for _ in range(patch_size.bit_length() - 1):
+            stages += [nn.Conv2d(width, channels, 3, padding=1), nn.GELU(), nn.MaxPool2d(2)]
+            width = channels
+        self.stem = nn.Sequential(*stages)
+        self.patchify = nn.Conv2d(width, dim, 3, padding=1)
+        self.rows = nn.Parameter(0.02 * torch.randn(self.grid, dim))
+        self.cols = nn.Parameter(0.02 * torch.randn(self.grid, dim))
+        self.blocks = nn.ModuleList(_Block(dim, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """``(batch, 3, size, size)`` in [0, 1] -> patch states ``(batch, grid * grid, dim)``, row-major."""
+        features = self.patchify(self.stem(_standardize(images)))  # (batch, dim, grid, grid)
+        position = self.rows[:, None, :] + self.cols[None, :, :]  # (grid, grid, dim)
+        patches = (features.permute(0, 2, 3, 1) + position).flatten(1, 2)  # (batch, patches, dim)
+        for block in self.blocks:
+            patches = block(patches)
+        return self.norm(patches)
+
+
+class PatchAttention(nn.Module):
+    """Attention of query vectors over patch states, plus a query-independent glance at the whole image.
+
+    What a query sees is the attention-weighted patch values, where it looked (the attention-weighted patch
+    coordinates, so descriptions can say "top left"), and the glance: the per-feature maximum over patches,
+    which tells every query whether something is present anywhere and trains much faster than attention alone.
+    """
+
+    def __init__(self, dim: int, grid: int):
+        super().__init__()
+        self.keys = nn.Linear(dim, dim)
+        self.values = nn.Linear(dim, dim)
+        self.where = nn.Linear(2, dim)
+        axis = torch.linspace(-1.0, 1.0, grid)
+        coordinates = torch.stack(torch.meshgrid(axis, axis, indexing="ij"), dim=-1).reshape(grid * grid, 2)
+        self.register_buffer("coordinates", coordinates, persistent=False)  # (patches, 2): row, column
+
+    def forward(self, queries: torch.Tensor, patches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What each query sees ``(batch, q, dim)`` and its attention weights ``(batch, q, patches)``."""
+        values = self.values(patches)  # (batch, p, dim)
+        logits = queries @ self.keys(patches).transpose(1, 2) / math.sqrt(queries.shape[-1])  # (batch, q, p)
+        weights = logits.softmax(-1)
+        seen = weights @ values + self.where(weights @ self.coordinates) + values.amax(1, keepdim=True)
+        return seen, weights
+
+
+def _standardize(images: torch.Tensor) -> torch.Tensor:
+    """Per-image, per-channel standardisation, so shapes stand out whatever the background's colour.
+
+    The floor on the deviation keeps a flat image from amplifying its noise into strong features.
+    """
+    mean = images.mean((2, 3), keepdim=True)
+    deviation = images.std((2, 3), keepdim=True, correction=0)
+    return (images - mean) / (deviation + 0.05)
+
+
+class _Block(nn.Module):
+    """Pre-norm self-attention and MLP without dropout, so training and evaluation compute one function."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, dim = x.shape
+        qkv = self.qkv(self.norm1(x)).view(batch, tokens, 3, self.heads, dim // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (batch, heads, tokens, head_dim)
+        mixed = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch, tokens, dim)
+        x = x + self.proj(mixed)
+        return x + self.mlp(self.norm2(x))

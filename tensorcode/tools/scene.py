@@ -1,0 +1,414 @@
+"""Scene: ranks visual descriptions of an image, or describes it, and reports where in the image it looked."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch.nn import functional as F
+
+from ._base import CapturePlan, Tool
+from ._text import Generator, TextEncoder, Tokenizer
+from ._vision import PatchAttention, PatchEncoder, check_pixels, resize
+
+__all__ = ["Scene"]
+
+RANK, LANGUAGE = "rank", "language"
+MODES = (RANK, LANGUAGE)
+_SIZES = ("image_size", "patch_size", "channels", "dim", "heads", "buckets", "max_words", "max_length")
+# Padded candidate slots get a finite score far below any real one: the softmax gives them no mass, and the
+# objective's output stays a finite tensor that experiences can hold.
+_PAD_SCORE = -1e4
+
+
+class Scene(Tool):
+    """An owned image model with two modes, fixed by the ``mode`` configuration field.
+
+    Ranking mode (``Scene()``) takes ``{"pixels", "source_id", "question", "candidates": [{"id", "text"}]}``
+    and returns a receipt ``{"mode", "source_id", "question", "selected_id", "selected_index", "candidates":
+    [{"id", "text", "score", "probability"}], "attention"}``. Language mode (``Scene(mode="language")``) takes
+    ``{"pixels", "source_id", "question"}`` and returns ``{"mode", "source_id", "question", "description",
+    "score", "attention"}``: a greedily decoded description, at most ``max_length`` bytes, and its mean
+    log-likelihood per byte. Either mode also accepts the envelope ``{"mode": ..., "inputs": ...}`` naming its
+    own mode. Calling the tool with a list of inputs returns a list of receipts, computed as one batch.
+
+    ``attention`` is ``{"source_id", "grid": [rows, cols], "image_size": [H, W], "weights"}`` (ranking adds
+    ``candidate_id``), with ``weights`` a ``rows x cols`` nested list summing to one: where the selected
+    candidate's query (ranking) or the question (language) looked. Scores also use a whole-image glance (the
+    per-feature maximum over patches), which the attention does not show.
+
+    ``pixels`` is a float tensor of shape ``(3, H, W)`` (RGB, channels first) with finite values in [0, 1], of
+    any height and width: every image is resized (antialiased bilinear) to ``image_size`` x ``image_size``, so
+    the receipt's patch grid has ``image_size // patch_size`` rows and columns and each cell covers
+    ``H / rows`` x ``W / cols`` pixels of the original image (non-square images are stretched).
+
+    Capture targets: in ranking mode a candidate id or index; in language mode reviewed description text (at
+    most ``max_length`` UTF-8 bytes). A list of inputs with an equal-length list of targets is one batch.
+
+    Configuration fields (JSON-safe):
+        mode: ``"rank"`` (default) or ``"language"``.
+        seed: integer seeding initialisation (``None`` for unseeded); default 0.
+        image_size: side of the square working image in pixels; default 32.
+        patch_size: side of one attention patch in working pixels; a power of two dividing ``image_size``;
+            default 4.
+        channels: width of the convolutional stem; default 16.
+        dim: width of patch, text and decoder states; must be divisible by ``heads``; default 32.
+        heads: attention heads in each patch-mixing block; default 2.
+        layers: self-attention blocks mixing patch states (0 or more); default 0, since the convolutions and
+            the glance already give each query the context these small tasks need.
+        buckets: hashed word buckets of the open-vocabulary tokenizer; default 4096.
+        max_words: words kept from each question or candidate text; default 32.
+        max_length: generation length limit in UTF-8 bytes (language mode); default 64.
+    """
+
+    NAME = "scene"
+    FIELDS: ClassVar[dict[str, Any]] = {
+        "mode": RANK,
+        "seed": 0,
+        "image_size": 32,
+        "patch_size": 4,
+        "channels": 16,
+        "dim": 32,
+        "heads": 2,
+        "layers": 0,
+        "buckets": 4096,
+        "max_words": 32,
+        "max_length": 64,
+    }
+
+    @classmethod
+    def check_configuration(cls, configuration: dict) -> None:
+        if configuration["mode"] not in (RANK, LANGUAGE):
+            raise ValueError(f"mode: unknown mode {configuration['mode']!r}; Scene modes: {', '.join(MODES)}")
+        seed = configuration["seed"]
+        if seed is not None and not _is_int(seed):
+            raise ValueError(f"seed: expected an integer or null, got {seed!r}")
+        for field in _SIZES:
+            if not _is_int(configuration[field]) or configuration[field] < 1:
+                raise ValueError(f"{field}: expected a positive integer, got {configuration[field]!r}")
+        if not _is_int(configuration["layers"]) or configuration["layers"] < 0:
+            raise ValueError(f"layers: expected a nonnegative integer, got {configuration['layers']!r}")
+        if configuration["patch_size"] & (configuration["patch_size"] - 1):
+            raise ValueError(f"patch_size: expected a power of two, got {configuration['patch_size']}")
+        size, patch = configuration["image_size"], configuration["patch_size"]
+        if size % patch:
+            raise ValueError(f"patch_size: {patch} must divide image_size {size}")
+        if configuration["dim"] % configuration["heads"]:
+            raise ValueError(
+                f"dim: {configuration['dim']} must be divisible by heads {configuration['heads']}"
+            )
+
+    def build(self) -> None:
+        c = self._configuration
+        dim = c["dim"]
+        self.tokenizer = Tokenizer(buckets=c["buckets"], lowercase=True, max_words=c["max_words"])
+        self.text = TextEncoder(c["buckets"], dim, c["max_words"])
+        self.image = PatchEncoder(
+            c["image_size"], c["patch_size"], c["channels"], dim, c["heads"], c["layers"]
+        )
+        self.question = torch.nn.Linear(dim, dim)
+        self.attend = PatchAttention(dim, self.image.grid)
+        if self.mode == RANK:
+            self.candidate = torch.nn.Linear(dim, dim)
+            self.query = torch.nn.Linear(2 * dim, dim)
+            self.score = torch.nn.Linear(dim, dim)
+        else:
+            self.query = torch.nn.Linear(dim, dim)
+            self.context = torch.nn.Sequential(torch.nn.Linear(2 * dim, dim), torch.nn.LayerNorm(dim))
+            self.generator = Generator(dim, c["max_length"])
+
+    @property
+    def mode(self) -> str:
+        return self._configuration["mode"]
+
+    # -- receipts ------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, inputs: dict | list[dict]) -> dict | list[dict]:
+        """One receipt for one input mapping, or a list of receipts for a list of inputs (one batch)."""
+        inputs = self._unwrap(inputs)
+        batch = isinstance(inputs, list | tuple)
+        if batch and not inputs:
+            raise ValueError("inputs: a batch needs at least one input")
+        examples = [
+            self._check_example(item, f"inputs[{i}]." if batch else "")
+            for i, item in enumerate(inputs if batch else [inputs])
+        ]
+        receipts = self._rank_receipts(examples) if self.mode == RANK else self._language_receipts(examples)
+        return receipts if batch else receipts[0]
+
+    def _rank_receipts(self, examples: list[dict]) -> list[dict]:
+        scores, _, weights = self._rank(examples)
+        probabilities = scores.softmax(-1)
+        receipts = []
+        for i, example in enumerate(examples):
+            count = len(example["candidates"])
+            best = int(scores[i, :count].argmax())
+            rows = zip(
+                example["candidates"],
+                scores[i, :count].tolist(),
+                probabilities[i, :count].tolist(),
+                strict=True,
+            )
+            receipts.append(
+                {
+                    "mode": RANK,
+                    "source_id": example["source_id"],
+                    "question": example["question"],
+                    "selected_id": example["candidates"][best]["id"],
+                    "selected_index": best,
+                    "candidates": [
+                        {"id": c["id"], "text": c["text"], "score": s, "probability": p} for c, s, p in rows
+                    ],
+                    "attention": {
+                        **self._attention(example, weights[i, best]),
+                        "candidate_id": example["candidates"][best]["id"],
+                    },
+                }
+            )
+        return receipts
+
+    def _language_receipts(self, examples: list[dict]) -> list[dict]:
+        context, weights = self._language(examples)
+        descriptions = self.generator.generate(context)
+        receipts = []
+        for i, (example, text) in enumerate(zip(examples, descriptions, strict=True)):
+            # Mean log-likelihood per byte of the description and its end marker, so reviewers can compare.
+            likelihood = -float(self.generator.loss(context[i : i + 1], [text]))
+            receipts.append(
+                {
+                    "mode": LANGUAGE,
+                    "source_id": example["source_id"],
+                    "question": example["question"],
+                    "description": text,
+                    "score": likelihood,
+                    "attention": self._attention(example, weights[i, 0]),
+                }
+            )
+        return receipts
+
+    def _attention(self, example: dict, weights: torch.Tensor) -> dict:
+        grid = self.image.grid
+        return {
+            "source_id": example["source_id"],
+            "grid": [grid, grid],
+            "image_size": list(example["pixels"].shape[1:]),
+            "weights": weights.reshape(grid, grid).tolist(),  # row-major, one row per patch row
+        }
+
+    # -- model ---------------------------------------------------------------------------------------------
+    def _rank(self, examples: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Scores ``(batch, candidates)`` padded with ``_PAD_SCORE``, their mask, and attention weights.
+
+        The weights are ``(batch, candidates, patches)``: each candidate's query attends over the patches.
+        """
+        patches = self._patches(examples)  # (batch, patches, dim)
+        question = self.question(self._encode([e["question"] for e in examples]))  # (batch, dim)
+        counts = [len(e["candidates"]) for e in examples]
+        width = max(counts)
+        mask = torch.tensor([[j < n for j in range(width)] for n in counts], device=patches.device)
+        flat = self.candidate(
+            self._encode([c["text"] for e in examples for c in e["candidates"]])
+        )  # (all, dim)
+        candidates = flat.new_zeros(len(examples), width, flat.shape[-1]).masked_scatter(
+            mask.unsqueeze(-1), flat
+        )  # (batch, candidates, dim)
+        queries = self.query(torch.cat([question.unsqueeze(1).expand_as(candidates), candidates], dim=-1))
+        seen, weights = self.attend(
+            queries, patches
+        )  # (batch, candidates, dim), (batch, candidates, patches)
+        # An unscaled dot product: scaling by 1/sqrt(dim) left the scores too flat to train quickly.
+        scores = (self.score(seen) * candidates).sum(-1)  # (batch, candidates)
+        return scores.masked_fill(~mask, _PAD_SCORE), mask, weights
+
+    def _language(self, examples: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decoder context ``(batch, dim)`` and attention ``(batch, 1, patches)``."""
+        patches = self._patches(examples)
+        question = self.question(self._encode([e["question"] for e in examples]))  # (batch, dim)
+        seen, weights = self.attend(self.query(question).unsqueeze(1), patches)  # (batch, 1, dim)
+        # Normalised rather than squashed: the glance is unbounded, and a tanh here saturated until every
+        # image gave the decoder the same context.
+        context = self.context(torch.cat([seen.squeeze(1), question], dim=-1))
+        return context, weights
+
+    def _patches(self, examples: list[dict]) -> torch.Tensor:
+        size, device = self._configuration["image_size"], self.device
+        pixels = [e["pixels"].to(device) for e in examples]
+        if all(p.shape == pixels[0].shape for p in pixels):
+            images = resize(torch.stack(pixels), size)  # (batch, 3, size, size)
+        else:
+            images = torch.stack([resize(p, size) for p in pixels])
+        return self.image(images)
+
+    def _encode(self, texts: list[str]) -> torch.Tensor:
+        ids, mask = self.tokenizer.batch(texts, self.device)
+        return self.text(ids, mask)[2]  # (texts, dim)
+
+    # -- training protocol ---------------------------------------------------------------------------------
+    def objective(self, batch: Any) -> dict[str, torch.Tensor]:
+        """The training forward over a captured batch ``{"mode", "examples"}``.
+
+        Ranking returns ``{"scores", "mask"}``; language returns ``{"context"}``, which the language loss
+        decodes with teacher forcing against the reviewed text (the feedback never enters the inputs).
+        """
+        if not (
+            isinstance(batch, dict)
+            and batch.get("mode") == self.mode
+            and isinstance(batch.get("examples"), list)
+        ):
+            raise ValueError(
+                f"batch: expected {{'mode': {self.mode!r}, 'examples': [...]}} from Scene.prepare_capture"
+            )
+        examples = [self._check_example(e, f"examples[{i}].") for i, e in enumerate(batch["examples"])]
+        if not examples:
+            raise ValueError("examples: a batch needs at least one example")
+        if self.mode == RANK:
+            scores, mask, _ = self._rank(examples)
+            return {"scores": scores, "mask": mask}
+        return {"context": self._language(examples)[0]}
+
+    def losses(self) -> dict:
+        if self.mode == RANK:
+            return {"scene.rank": self._rank_loss}
+        return {"scene.language": self._language_loss}
+
+    def _rank_loss(self, output: dict, target: Any) -> torch.Tensor:
+        scores = output["scores"]
+        return F.cross_entropy(
+            scores, torch.as_tensor(target, dtype=torch.long, device=scores.device).reshape(-1)
+        )
+
+    def _language_loss(self, output: dict, target: Any) -> torch.Tensor:
+        return self.generator.loss(output["context"], [target] if isinstance(target, str) else list(target))
+
+    def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:
+        """Validate inputs and targets; the plan holds each image once, as a float32 tensor."""
+        inputs = self._unwrap(inputs)
+        batch = isinstance(inputs, list | tuple)
+        if batch:
+            if not inputs:
+                raise ValueError("inputs: a batch needs at least one input")
+            if not isinstance(targets, list | tuple):
+                raise ValueError(
+                    f"targets: a batch of {len(inputs)} inputs needs a list of {len(inputs)} targets"
+                )
+            if len(targets) != len(inputs):
+                raise ValueError(
+                    f"targets: got {len(targets)} targets for {len(inputs)} inputs; give one per input"
+                )
+        items, goals = (inputs, list(targets)) if batch else ([inputs], [targets])
+        examples, target = [], []
+        for i, (item, goal) in enumerate(zip(items, goals, strict=True)):
+            prefix, field = (f"inputs[{i}].", f"targets[{i}]") if batch else ("", "targets")
+            example = self._check_example(item, prefix)
+            if self.mode == RANK:
+                target.append(_candidate_index(goal, example["candidates"], field))
+            else:
+                target.append(self._reviewed_text(goal, field))
+            examples.append(example)
+        return CapturePlan(
+            operation=self.NAME,
+            inputs={"mode": self.mode, "examples": examples},
+            target=target,
+            loss=f"scene.{self.mode}",
+            examples=len(examples),
+        )
+
+    # -- validation ----------------------------------------------------------------------------------------
+    def _unwrap(self, inputs: Any) -> Any:
+        """Accept the envelope ``{"mode": ..., "inputs": ...}`` when it names this tool's configured mode."""
+        if not (isinstance(inputs, dict) and "mode" in inputs):
+            return inputs
+        unknown = sorted(str(k) for k in set(inputs) - {"mode", "inputs"})
+        if unknown:
+            raise ValueError(f"inputs: unknown envelope key {unknown[0]!r}; valid keys: inputs, mode")
+        if inputs["mode"] not in MODES:
+            raise ValueError(f"mode: unknown mode {inputs['mode']!r}; Scene modes: {', '.join(MODES)}")
+        if inputs["mode"] != self.mode:
+            other = "Scene()" if inputs["mode"] == RANK else 'Scene(mode="language")'
+            raise ValueError(
+                f"mode: this Scene is configured for {self.mode!r}; use {other} for {inputs['mode']!r}"
+            )
+        if "inputs" not in inputs:
+            raise ValueError("inputs: the envelope is missing 'inputs'")
+        return inputs["inputs"]
+
+    def _check_example(self, item: Any, prefix: str) -> dict:
+        """A validated copy of one input: float32 pixels, texts, and (ranking) candidates with unique ids."""
+        keys = ["pixels", "source_id", "question"] + (["candidates"] if self.mode == RANK else [])
+        if not isinstance(item, dict):
+            raise ValueError(
+                f"{prefix or 'inputs'}: expected a mapping with keys {keys}, got {type(item).__name__}"
+            )
+        if self.mode == LANGUAGE and "candidates" in item:
+            raise ValueError(
+                f"{prefix}candidates: language mode describes the image; use Scene() to rank candidates"
+            )
+        unknown = sorted(str(k) for k in set(item) - set(keys))
+        if unknown:
+            raise ValueError(f"{prefix}{unknown[0]}: unknown input field; valid fields: {', '.join(keys)}")
+        missing = [k for k in keys if k not in item]
+        if missing:
+            raise ValueError(f"{prefix}{missing[0]}: missing input field; required fields: {', '.join(keys)}")
+        example = {
+            "pixels": check_pixels(item["pixels"], f"{prefix}pixels"),
+            "source_id": _text(item["source_id"], f"{prefix}source_id"),
+            "question": _text(item["question"], f"{prefix}question"),
+        }
+        if self.mode == RANK:
+            example["candidates"] = _candidates(item["candidates"], f"{prefix}candidates")
+        return example
+
+    def _reviewed_text(self, target: Any, field: str) -> str:
+        text = _text(target, field)
+        limit = self._configuration["max_length"]
+        if len(text.encode("utf-8")) > limit:
+            raise ValueError(
+                f"{field}: reviewed text is {len(text.encode('utf-8'))} bytes, over max_length {limit}; "
+                "shorten it or configure a larger max_length"
+            )
+        return text
+
+
+def _candidates(value: Any, field: str) -> list[dict]:
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError(f"{field} must be a nonempty list of {{'id', 'text'}} mappings")
+    seen, candidates = set(), []
+    for j, candidate in enumerate(value):
+        if not isinstance(candidate, dict) or set(candidate) != {"id", "text"}:
+            raise ValueError(f"{field}[{j}] must be a mapping with exactly the keys 'id' and 'text'")
+        ident = _text(candidate["id"], f"{field}[{j}].id")
+        if ident in seen:
+            raise ValueError(f"{field}[{j}].id: duplicate candidate id {ident!r}")
+        seen.add(ident)
+        candidates.append({"id": ident, "text": _text(candidate["text"], f"{field}[{j}].text")})
+    return candidates
+
+
+def _candidate_index(target: Any, candidates: list[dict], field: str) -> int:
+    """A ranking target (candidate id or index) as an index into ``candidates``."""
+    if isinstance(target, str):
+        for index, candidate in enumerate(candidates):
+            if candidate["id"] == target:
+                return index
+        raise ValueError(
+            f"{field}: unknown candidate id {target!r}; supplied ids: {[c['id'] for c in candidates]}"
+        )
+    if _is_int(target):
+        if not 0 <= target < len(candidates):
+            raise ValueError(
+                f"{field}: candidate index {target} out of range for {len(candidates)} candidates"
+            )
+        return int(target)
+    raise ValueError(
+        f"{field}: a ranking target is a candidate id (str) or index (int), got {type(target).__name__}"
+    )
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{field} must be nonempty text, got {value!r}")
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
