@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import os
 import types
 from collections.abc import Callable, Mapping
@@ -38,7 +39,7 @@ class Trace:
         self._by_id: dict[int, tuple[int, tuple]] = {}
         self._producers: dict[int, set] = {}
         self._stamps: dict[int, list[tuple[Any, tuple]]] = {}
-        self._pending = 0
+        self._pending: set = set()  # coroutines of async calls not yet finished
         self._closed = False
         self._released = False
         self._entered = False
@@ -272,6 +273,8 @@ class Trace:
         roots.add(index)
         if _tracing._is_tensor(value):
             watch.append((value, _tracing._stamp(value)))
+        elif not isinstance(value, _SCALARS):  # tensors inside a container root (context) are inputs too
+            watch.extend((tensor, _tracing._stamp(tensor)) for tensor in _tracing.tensors(value))
         return Root(index)
 
     def _walk(self, value, deps, roots, watch, depth):
@@ -329,10 +332,7 @@ class Trace:
 
     def _record(self, pending, status, error=None) -> Call:
         op = pending.op
-        if isinstance(op, Operation):
-            kind = op.kind
-        else:
-            kind = EXTERNAL if getattr(op, "tensorcode_external", False) else PURE
+        kind = op.kind if isinstance(op, Operation) else _module_kind(op)
         call = Call(
             self,
             len(self.calls),
@@ -372,8 +372,12 @@ class Trace:
 
     # -- checks ------------------------------------------------------------------------------------------------
     def _check_pending(self, action: str) -> None:
+        # A call cancelled (or closed) before it started never ran and never will: it is not pending.
+        self._pending = {c for c in self._pending if inspect.getcoroutinestate(c) != inspect.CORO_CLOSED}
         if self._pending:
-            raise TraceError(f"{self._pending} captured call(s) are still pending; await them before you {action}")
+            raise TraceError(
+                f"{len(self._pending)} captured call(s) are still pending; await them before you {action}"
+            )
 
     def _check_root(self, ref: InputRef) -> None:
         if not 0 <= ref.index < len(self._roots):
@@ -422,6 +426,11 @@ class Trace:
         return f"<Trace calls={len(self.calls)} inputs={len(self._roots)} supervisions={len(self.supervisions)}>"
 
 
+def _module_kind(module) -> str:
+    """Modules are pure unless marked ``tensorcode_external = True`` (a remote model behind a module facade)."""
+    return EXTERNAL if getattr(module, "tensorcode_external", False) else PURE
+
+
 def _invoke(op, args, kwargs):
     if isinstance(op, Operation):
         if op.is_async:
@@ -445,10 +454,7 @@ def _rebuild(original, items: dict):
         return tuple(items[i] for i in range(len(original)))
     if isinstance(original, (dict, types.MappingProxyType)):
         return dict(items)
-    copy = object.__new__(type(original))
-    copy.__dict__.update(vars(original))
-    copy.__dict__.update(items)
-    return copy
+    return _tracing.copy_dataclass(original, items)
 
 
 def _detached(value, depth: int = 0):

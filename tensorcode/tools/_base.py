@@ -65,9 +65,13 @@ class Tool(nn.Module):
         """Defaults filled in; an unknown field is refused naming it and the valid fields."""
         unknown = sorted(set(configuration) - set(cls.FIELDS))
         if unknown:
-            raise ValueError(
-                f"{cls.__name__}: unknown configuration field {unknown[0]!r}; valid fields: {', '.join(sorted(cls.FIELDS))}"
-            )
+            valid = ", ".join(sorted(cls.FIELDS))
+            raise ValueError(f"{cls.__name__}: unknown configuration field {unknown[0]!r}; valid fields: {valid}")
+        for name, value in configuration.items():
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{name}: configuration values must be JSON-safe data ({exc})") from exc
         merged = {**json.loads(json.dumps(cls.FIELDS)), **json.loads(json.dumps(configuration))}
         cls.check_configuration(merged)
         return merged
@@ -196,6 +200,40 @@ class _Objective(nn.Module):
 
     def forward(self, batch: Any) -> Any:
         return self.tool.objective(batch)
+
+
+def check_seed(configuration: dict) -> None:
+    seed = configuration["seed"]
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed: expected an integer or null, got {seed!r}")
+
+
+def check_positive(configuration: dict, *names: str, prefix: str = "") -> None:
+    """Each named field must be a positive integer (``prefix`` names a nested section in the message)."""
+    for name in names:
+        value = configuration[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{prefix}{name}: expected a positive integer, got {value!r}")
+
+
+def check_flags(configuration: dict, *names: str, prefix: str = "") -> None:
+    for name in names:
+        if not isinstance(configuration[name], bool):
+            raise ValueError(f"{prefix}{name}: expected true or false, got {configuration[name]!r}")
+
+
+def open_envelope(inputs: Any, modes, tool: str, field: str = "inputs") -> tuple[str | None, Any]:
+    """``(mode, payload)`` of a ``{"mode": ..., "inputs": ...}`` envelope, or ``(None, inputs)`` without one."""
+    if not (isinstance(inputs, dict) and "mode" in inputs):
+        return None, inputs
+    unknown = sorted(str(k) for k in set(inputs) - {"mode", "inputs"})
+    if unknown:
+        raise ValueError(f"{field}: unknown envelope key {unknown[0]!r}; valid keys: inputs, mode")
+    if inputs["mode"] not in modes:
+        raise ValueError(f"mode: unknown mode {inputs['mode']!r}; {tool} modes: {', '.join(modes)}")
+    if "inputs" not in inputs:
+        raise ValueError(f"{field}: the envelope is missing 'inputs'")
+    return inputs["mode"], inputs["inputs"]
 
 
 def _qualified(cls: type) -> str:

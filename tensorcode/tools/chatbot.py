@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ._base import CapturePlan, Tool, _qualified, _write_atomic
+from ._base import CapturePlan, Tool, _qualified, _write_atomic, check_flags, check_positive, check_seed, open_envelope
 from ._ranking import check_text
 from ._text import Generator, TextEncoder, Tokenizer
 
@@ -58,18 +58,12 @@ class Chatbot(Tool):
 
     @classmethod
     def check_configuration(cls, configuration: dict) -> None:
-        seed = configuration["seed"]
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed: expected an integer or null, got {seed!r}")
-        for name in ("dim", "buckets", "max_words", "max_length"):
-            value = configuration[name]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        check_seed(configuration)
+        check_positive(configuration, "dim", "buckets", "max_words", "max_length")
         turns = configuration["history_turns"]
         if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
             raise ValueError(f"history_turns: expected a nonnegative integer, got {turns!r}")
-        if not isinstance(configuration["lowercase"], bool):
-            raise ValueError(f"lowercase: expected true or false, got {configuration['lowercase']!r}")
+        check_flags(configuration, "lowercase")
 
     def build(self) -> None:
         config = self._configuration
@@ -103,15 +97,7 @@ class Chatbot(Tool):
 
     # -- training protocol ---------------------------------------------------------------------------------
     def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:
-        if isinstance(inputs, dict) and "mode" in inputs:
-            unknown = sorted(str(k) for k in set(inputs) - {"mode", "inputs"})
-            if unknown:
-                raise ValueError(f"inputs: unknown envelope key {unknown[0]!r}; valid keys: inputs, mode")
-            if inputs["mode"] not in MODES:
-                raise ValueError(f"mode: unknown mode {inputs['mode']!r}; Chatbot modes: {', '.join(MODES)}")
-            if "inputs" not in inputs:
-                raise ValueError("inputs: the envelope is missing 'inputs'")
-            inputs = inputs["inputs"]
+        _, inputs = open_envelope(inputs, MODES, "Chatbot")
         if isinstance(inputs, str):
             texts = [check_text(inputs, "inputs")]
             if not isinstance(targets, str):

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ._base import CapturePlan, Tool
+from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
 from ._ranking import (
     EvidenceRanker,
     check_ranking_input,
@@ -54,11 +54,9 @@ class Decision(Tool):
 
     @classmethod
     def check_configuration(cls, configuration: dict) -> None:
-        _check_seed(configuration["seed"])
-        for name in ("dim", "buckets", "max_words"):
-            _check_positive_int(configuration, name)
-        if not isinstance(configuration["lowercase"], bool):
-            raise ValueError(f"lowercase: expected true or false, got {configuration['lowercase']!r}")
+        check_seed(configuration)
+        check_positive(configuration, "dim", "buckets", "max_words")
+        check_flags(configuration, "lowercase")
 
     def build(self) -> None:
         config = self._configuration
@@ -134,15 +132,7 @@ def _rank_loss(output: dict[str, torch.Tensor], target: torch.Tensor) -> torch.T
 
 def _examples(inputs: Any) -> tuple[list[dict], bool]:
     """Normalized examples and whether a single input was given; validates everything first."""
-    if isinstance(inputs, dict) and "mode" in inputs:
-        unknown = sorted(str(k) for k in set(inputs) - {"mode", "inputs"})
-        if unknown:
-            raise ValueError(f"inputs: unknown envelope key {unknown[0]!r}; valid keys: inputs, mode")
-        if inputs["mode"] not in MODES:
-            raise ValueError(f"mode: unknown mode {inputs['mode']!r}; Decision modes: {', '.join(MODES)}")
-        if "inputs" not in inputs:
-            raise ValueError("inputs: the envelope is missing 'inputs'")
-        inputs = inputs["inputs"]
+    _, inputs = open_envelope(inputs, MODES, "Decision")
     if isinstance(inputs, (list, tuple)):
         if not inputs:
             raise ValueError("inputs: empty batch; pass one input or a nonempty list of inputs")
@@ -157,13 +147,3 @@ def _columns(examples: list[dict]) -> tuple[list[str], list[list[str]], list[lis
         [[h["text"] for h in e["hypotheses"]] for e in examples],
     )
 
-
-def _check_seed(seed: Any) -> None:
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"seed: expected an integer or null, got {seed!r}")
-
-
-def _check_positive_int(configuration: dict, name: str) -> None:
-    value = configuration[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")

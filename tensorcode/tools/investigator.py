@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from . import _investigator_inputs as checks
-from ._base import CapturePlan, Tool
+from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed
 from ._investigator_inputs import LABELS, MODES
 from ._proposal import Proposer
 from ._ranking import (
@@ -92,13 +92,9 @@ class Investigator(Tool):
 
     @classmethod
     def check_configuration(cls, configuration: dict) -> None:
-        seed = configuration["seed"]
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed: expected an integer or null, got {seed!r}")
-        for name in ("dim", "buckets", "max_words", "max_length", "proposals", "beam_width"):
-            _check_positive_int(configuration[name], name)
-        if not isinstance(configuration["lowercase"], bool):
-            raise ValueError(f"lowercase: expected true or false, got {configuration['lowercase']!r}")
+        check_seed(configuration)
+        check_positive(configuration, "dim", "buckets", "max_words", "max_length", "proposals", "beam_width")
+        check_flags(configuration, "lowercase")
         modes = configuration["modes"]
         if not isinstance(modes, list) or not modes:
             raise ValueError(f"modes: expected a nonempty list drawn from {list(MODES)}, got {modes!r}")
@@ -119,9 +115,8 @@ class Investigator(Tool):
             raise ValueError(
                 f"retrieval_encoder: unknown field {unknown[0]!r}; valid fields: {', '.join(_RETRIEVAL_DEFAULTS)}"
             )
-        _check_positive_int(section["dim"], "retrieval_encoder.dim")
-        if not isinstance(section["frozen"], bool):
-            raise ValueError(f"retrieval_encoder.frozen: expected true or false, got {section['frozen']!r}")
+        check_positive(section, "dim", prefix="retrieval_encoder.")
+        check_flags(section, "frozen", prefix="retrieval_encoder.")
 
     def build(self) -> None:
         config = self._configuration

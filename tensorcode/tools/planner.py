@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._base import CapturePlan, Tool
+from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
 from ._ranking import EvidenceRanker, check_ranking_input, check_text, ranking_receipt
 from ._text import BOS, EOS, PAD, Generator, Tokenizer
 
@@ -64,15 +64,9 @@ class Planner(Tool):
 
     @classmethod
     def check_configuration(cls, configuration: dict) -> None:
-        seed = configuration["seed"]
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed: expected an integer or null, got {seed!r}")
-        for name in ("dim", "buckets", "max_words", "max_length"):
-            value = configuration[name]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-        if not isinstance(configuration["lowercase"], bool):
-            raise ValueError(f"lowercase: expected true or false, got {configuration['lowercase']!r}")
+        check_seed(configuration)
+        check_positive(configuration, "dim", "buckets", "max_words", "max_length")
+        check_flags(configuration, "lowercase")
         if configuration["prefer"] not in PREFERENCES:
             raise ValueError(f"prefer: expected 'max' or 'min', got {configuration['prefer']!r}")
 
@@ -192,17 +186,8 @@ class Planner(Tool):
 
     # -- internals -----------------------------------------------------------------------------------------
     def _examples(self, inputs: Any) -> tuple[str, list[dict], bool]:
-        mode = "outcome"
-        if isinstance(inputs, dict) and "mode" in inputs:
-            unknown = sorted(str(k) for k in set(inputs) - {"mode", "inputs"})
-            if unknown:
-                raise ValueError(f"inputs: unknown envelope key {unknown[0]!r}; valid keys: inputs, mode")
-            mode = inputs["mode"]
-            if mode not in MODES:
-                raise ValueError(f"mode: unknown mode {mode!r}; Planner modes: {', '.join(MODES)}")
-            if "inputs" not in inputs:
-                raise ValueError("inputs: the envelope is missing 'inputs'")
-            inputs = inputs["inputs"]
+        mode, inputs = open_envelope(inputs, MODES, "Planner")
+        mode = mode or "outcome"
         single = not isinstance(inputs, (list, tuple))
         items = [inputs] if single else list(inputs)
         if not items:

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import torch
 from torch.nn import functional as F
 
-from ._base import CapturePlan, Tool
+from ._base import CapturePlan, Tool, check_positive, check_seed, open_envelope
 from ._text import Generator, TextEncoder, Tokenizer
 from ._vision import PatchAttention, PatchEncoder, check_pixels, resize
 
@@ -80,12 +80,8 @@ class Scene(Tool):
     def check_configuration(cls, configuration: dict) -> None:
         if configuration["mode"] not in (RANK, LANGUAGE):
             raise ValueError(f"mode: unknown mode {configuration['mode']!r}; Scene modes: {', '.join(MODES)}")
-        seed = configuration["seed"]
-        if seed is not None and not _is_int(seed):
-            raise ValueError(f"seed: expected an integer or null, got {seed!r}")
-        for field in _SIZES:
-            if not _is_int(configuration[field]) or configuration[field] < 1:
-                raise ValueError(f"{field}: expected a positive integer, got {configuration[field]!r}")
+        check_seed(configuration)
+        check_positive(configuration, *_SIZES)
         if not _is_int(configuration["layers"]) or configuration["layers"] < 0:
             raise ValueError(f"layers: expected a nonnegative integer, got {configuration['layers']!r}")
         if configuration["patch_size"] & (configuration["patch_size"] - 1):
@@ -318,19 +314,13 @@ class Scene(Tool):
         """Accept the envelope ``{"mode": ..., "inputs": ...}`` when it names this tool's configured mode."""
         if not (isinstance(inputs, dict) and "mode" in inputs):
             return inputs
-        unknown = sorted(str(k) for k in set(inputs) - {"mode", "inputs"})
-        if unknown:
-            raise ValueError(f"inputs: unknown envelope key {unknown[0]!r}; valid keys: inputs, mode")
-        if inputs["mode"] not in MODES:
-            raise ValueError(f"mode: unknown mode {inputs['mode']!r}; Scene modes: {', '.join(MODES)}")
-        if inputs["mode"] != self.mode:
+        mode, payload = open_envelope(inputs, MODES, "Scene")
+        if mode != self.mode:
             other = "Scene()" if inputs["mode"] == RANK else 'Scene(mode="language")'
             raise ValueError(
                 f"mode: this Scene is configured for {self.mode!r}; use {other} for {inputs['mode']!r}"
             )
-        if "inputs" not in inputs:
-            raise ValueError("inputs: the envelope is missing 'inputs'")
-        return inputs["inputs"]
+        return payload
 
     def _check_example(self, item: Any, prefix: str) -> dict:
         """A validated copy of one input: float32 pixels, texts, and (ranking) candidates with unique ids."""
