@@ -11,8 +11,11 @@ import base64
 import binascii
 import dataclasses
 import math
+import re
 import sys
 import types
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from .errors import ExperienceError
@@ -42,7 +45,8 @@ def is_tensor(value: Any) -> bool:
 class Encoder:
     """Encodes values with an allowlist of dataclass codecs (``{"record-v1": Record}``)."""
 
-    def __init__(self, codecs: dict | None):
+    def __init__(self, codecs: dict | None, *, payloads: Payloads | None = None):
+        self.payloads = payloads
         self.tags = {}
         for tag, cls in (codecs or {}).items():
             if not isinstance(tag, str) or not tag or not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
@@ -72,7 +76,7 @@ class Encoder:
         if isinstance(value, (bytes, bytearray)):
             return {"$": "bytes", "b64": base64.b64encode(bytes(value)).decode("ascii")}
         if is_tensor(value):
-            return encode_tensor(value, where)
+            return encode_tensor(value, where, self.payloads)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             tag = self.tags.get(type(value))
             if tag is None:
@@ -130,7 +134,7 @@ class Decoder:
             return decode_tensor(data, where)
         if tag == "dataclass":
             _keys(data, {"$", "codec", "fields"}, where)
-            cls = self.codecs.get(data["codec"])
+            cls = self.codecs.get(data["codec"]) if isinstance(data["codec"], str) else None
             if cls is None:
                 raise ExperienceError(
                     f"{where}: dataclass codec {data['codec']!r} is not in the allowlist (codecs={sorted(self.codecs)})"
@@ -151,7 +155,7 @@ class Decoder:
         raise ExperienceError(f"{where}: unknown codec tag {tag!r}")
 
 
-def encode_tensor(tensor, where: str) -> dict:
+def encode_tensor(tensor, where: str, payloads: Payloads | None = None) -> dict:
     torch = sys.modules["torch"]
     if tensor.layout != torch.strided:
         raise ExperienceError(f"{where}: sparse tensors cannot be saved; make it dense with `.to_dense()`")
@@ -161,21 +165,53 @@ def encode_tensor(tensor, where: str) -> dict:
     if name not in _DTYPES:
         raise ExperienceError(f"{where}: tensor dtype {name} is not supported ({', '.join(_DTYPES)})")
     data = tensor.detach()
-    if data.is_floating_point() and not bool(torch.isfinite(data).all()):
+    if data.is_floating_point() and not _finite(data):
         raise ExperienceError(f"{where}: tensor holds non-finite values (NaN or infinity)")
     data = data.to("cpu").contiguous()
     if name == "bfloat16":
         data = data.view(torch.int16)
-    raw = data.numpy().astype(_DTYPES[name][0], copy=False).tobytes()
-    return {"$": "tensor", "dtype": name, "shape": list(tensor.shape), "b64": base64.b64encode(raw).decode("ascii")}
+    # base64 straight from the tensor's memory: no intermediate bytes copy.
+    array = data.numpy().astype(_DTYPES[name][0], copy=False).reshape(-1).view("u1")
+    encoded = binascii.b2a_base64(array, newline=False)
+    b64 = payloads.add(encoded) if payloads is not None else encoded.decode("ascii")
+    return {"$": "tensor", "dtype": name, "shape": list(tensor.shape), "b64": b64}
+
+
+class Payloads:
+    """Tensor payloads kept out of the JSON text until it is written.
+
+    ``json.dumps`` scans and copies every character of every string, which made it the largest cost of saving a
+    big tensor. The document holds a placeholder for each payload instead, and ``chunks`` splices the base64
+    bytes in (base64 needs no JSON escaping). Placeholders carry a random token, so no application string in the
+    document can be mistaken for one.
+    """
+
+    def __init__(self):
+        self.token = uuid.uuid4().hex
+        self.items: list[bytes] = []
+
+    def add(self, encoded: bytes) -> str:
+        self.items.append(encoded)
+        return f"{self.token}:{len(self.items) - 1}"
+
+    def chunks(self, text: str) -> Iterator[bytes]:
+        """The ASCII JSON ``text`` as bytes, with every quoted placeholder replaced by its quoted payload."""
+        parts = re.split(f'"{self.token}:([0-9]+)"', text)
+        yield parts[0].encode("ascii")
+        for index, rest in zip(parts[1::2], parts[2::2], strict=True):
+            yield b'"'
+            yield self.items[int(index)]
+            yield b'"' + rest.encode("ascii")
 
 
 def decode_tensor(data: dict, where: str):
+    if data.get("layout", "strided") != "strided" or "indices" in data:
+        raise ExperienceError(f"{where}: sparse tensor payloads are unsupported; store the dense tensor")
     _keys(data, {"$", "dtype", "shape", "b64"}, where)
     name, shape = data["dtype"], data["shape"]
     if isinstance(name, str) and name.startswith("complex"):
         raise ExperienceError(f"{where}: complex tensor payloads are unsupported")
-    if name not in _DTYPES:
+    if not isinstance(name, str) or name not in _DTYPES:
         raise ExperienceError(f"{where}: unknown tensor dtype {name!r}")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise ExperienceError(f"{where}: tensor shape must be a list of nonnegative integers")
@@ -194,21 +230,29 @@ def decode_tensor(data: dict, where: str):
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ExperienceError(f"{where}: decoding tensors needs the vec extra (pip install 'tensorcode[vec]')") from exc
     array = numpy.frombuffer(raw, dtype=numpy_dtype)
-    if name == "bool" and raw and max(raw) > 1:
+    if name == "bool" and raw and array.view("u1").max() > 1:
         raise ExperienceError(f"{where}: bool tensor payload holds values other than 0 and 1")
     tensor = torch.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=True)).reshape(shape)
     if name == "bfloat16":
         tensor = tensor.view(torch.bfloat16)
-    if floating and not bool(torch.isfinite(tensor).all()):
+    if floating and not _finite(tensor):
         raise ExperienceError(f"{where}: tensor payload holds non-finite values (NaN or infinity)")
     return tensor
+
+
+def _finite(tensor) -> bool:
+    # NaN and infinity propagate through a sum, so a finite sum proves every element finite; only a sum that
+    # overflows needs the elementwise check, which costs many times more on a large tensor.
+    torch = sys.modules["torch"]
+    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
 def _b64(text: Any, where: str) -> bytes:
     if not isinstance(text, str):
         raise ExperienceError(f"{where}: base64 payload must be a string")
     try:
-        return base64.b64decode(text, validate=True)
+        # strict_mode is b64decode(validate=True) without its copy of the text into bytes.
+        return binascii.a2b_base64(text, strict_mode=True)
     except (binascii.Error, ValueError) as exc:
         raise ExperienceError(f"{where}: invalid base64 payload ({exc})") from exc
 

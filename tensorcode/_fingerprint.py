@@ -50,6 +50,12 @@ def qualified_name(cls: type) -> str:
 
 def tensor_state(module) -> list:
     """``[name, shape, dtype, requires_grad]`` for every parameter and buffer (``None`` flag for buffers)."""
+    lazy = torch_lazy_names(module)
+    if lazy:
+        raise FingerprintError(
+            f"{type(module).__qualname__} has uninitialized (lazy) tensors {lazy}; construct or load it with its "
+            "sizes first (all parameters must already exist)"
+        )
     state = [
         [n, list(p.shape), str(p.dtype).removeprefix("torch."), bool(p.requires_grad)]
         for n, p in module.named_parameters(remove_duplicate=False)
@@ -59,6 +65,12 @@ def tensor_state(module) -> list:
         for n, b in module.named_buffers(remove_duplicate=False)
     ]
     return state
+
+
+def torch_lazy_names(module) -> list[str]:
+    is_lazy = sys.modules["torch"].nn.parameter.is_lazy
+    tensors = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+    return sorted(name for name, tensor in tensors if is_lazy(tensor))
 
 
 def difference(saved: Any, current: Any, where: str = "") -> str | None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from . import _tracing
-from ._codec import Decoder, Encoder
+from ._codec import MAX_DEPTH, Decoder, Encoder, Payloads
 from ._fingerprint import describe, difference
 from ._operations import EXTERNAL, PURE
 from .errors import ExperienceError, FingerprintError, TraceError
@@ -53,7 +53,8 @@ def save_trace(session, path, *, operations: Mapping, codecs: Mapping | None = N
             except FingerprintError as exc:
                 raise ExperienceError(f"binding {name!r}: {exc}") from exc
         call.binding = name
-    encoder = _TreeEncoder(codecs)
+    payloads = Payloads()
+    encoder = _TreeEncoder(codecs, payloads=payloads)
     document = {
         "format": FORMAT,
         "version": VERSION,
@@ -71,7 +72,7 @@ def save_trace(session, path, *, operations: Mapping, codecs: Mapping | None = N
         ],
         "supervisions": [
             {
-                "output": {"call": s.output.call, "path": encoder.encode(list(s.output.path), f"supervision {i}")},
+                "output": {"call": s.output.call, "path": _saved_path(s.output.path, f"supervision {i}")},
                 "target": encoder.encode(s.target, f"supervision {i} target"),
                 "loss": s.loss,
                 "source": s.source if isinstance(s.source, str) else list(s.source),
@@ -83,7 +84,7 @@ def save_trace(session, path, *, operations: Mapping, codecs: Mapping | None = N
         text = json.dumps(document, allow_nan=False, separators=(",", ":"))
     except (ValueError, TypeError) as exc:  # pragma: no cover - the encoder already refuses these
         raise ExperienceError(f"experience is not serializable: {exc}") from exc
-    _write_atomic(Path(path), text)
+    _write_atomic(Path(path), payloads.chunks(text))
 
 
 def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None):
@@ -183,8 +184,10 @@ class _TreeEncoder(Encoder):
 
     def encode(self, value, where, depth=0):
         kind = type(value)
+        if depth > MAX_DEPTH:  # markers too: the loader refuses a marker nested deeper than any other value
+            raise ExperienceError(f"{where}: value is nested more than {MAX_DEPTH} levels deep")
         if kind is _tracing.Ref:
-            return {"$": "ref", "call": value.call, "path": [self.encode(k, where, depth + 1) for k in value.path]}
+            return {"$": "ref", "call": value.call, "path": _saved_path(value.path, where)}
         if kind is _tracing.Root:
             return {"$": "root", "index": value.index}
         return super().encode(value, where, depth)
@@ -235,6 +238,10 @@ def _parse(text: str, path) -> dict:
         document = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
     except json.JSONDecodeError as exc:
         raise ExperienceError(f"{path}: not valid JSON (truncated or corrupt): {exc}") from exc
+    except ExperienceError:
+        raise
+    except ValueError as exc:  # e.g. an integer literal longer than Python's int_max_str_digits
+        raise ExperienceError(f"{path}: not valid experience JSON: {exc}") from exc
     except RecursionError as exc:
         raise ExperienceError(f"{path}: JSON is nested too deeply") from exc
     if not isinstance(document, dict):
@@ -265,12 +272,24 @@ def _path(items, where: str) -> tuple:
     return tuple(items)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _saved_path(path: tuple, where: str) -> list:
+    """An output path as saved; the loader accepts only integer and string keys, so saving refuses others."""
+    for key in path:
+        if not isinstance(key, (int, str)) or isinstance(key, bool):
+            raise ExperienceError(
+                f"{where}: a reference into an output by key {key!r} cannot be saved: output paths hold only "
+                "integer and string keys (use a list or a string-keyed mapping for outputs that others consume)"
+            )
+    return list(path)
+
+
+def _write_atomic(path: Path, chunks: Iterable[bytes]) -> None:
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
