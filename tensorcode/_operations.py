@@ -34,8 +34,8 @@ class Operation:
         self.kind = kind
         self.is_async = inspect.iscoroutinefunction(fn)
         self._configuration = configuration
-        self.__name__ = name or getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn, updated=())
+        self.__name__ = name or getattr(fn, "__name__", type(fn).__name__)  # after update_wrapper, which copies fn's
 
     @property
     def replayable(self) -> bool:

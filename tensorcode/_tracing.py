@@ -63,7 +63,6 @@ def capture_async(op, fn, args, kwargs):
     session = state[0]
     if session._closed:
         raise TraceError("this trace is closed: a task holding its context cannot start new captures")
-    session._pending += 1
 
     async def run():
         try:
@@ -78,9 +77,11 @@ def capture_async(op, fn, args, kwargs):
                 _STATE.reset(token)
             return session._finish(pending, result)
         finally:
-            session._pending -= 1
+            session._pending.discard(coroutine)
 
-    return run()
+    coroutine = run()
+    session._pending.add(coroutine)
+    return coroutine
 
 
 # -- torch.nn.Module interception ---------------------------------------------------------------------------
@@ -230,12 +231,25 @@ def snapshot(value, depth: int = 0):
     if isinstance(value, (dict, types.MappingProxyType)):
         return {k: snapshot(v, depth + 1) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        copy = object.__new__(type(value))
-        copy.__dict__.update({f.name: snapshot(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)})
-        for k, v in vars(value).items():
-            copy.__dict__.setdefault(k, v)
-        return copy
+        fields = dataclasses.fields(value)
+        return copy_dataclass(value, {f.name: snapshot(getattr(value, f.name), depth + 1) for f in fields})
     return value  # opaque: kept as is; saving refuses it with a clear error
+
+
+def tensors(value) -> list:
+    """The tensors inside a value (lists, tuples, mappings, dataclass fields); ``snapshot`` has bounded its depth."""
+    found, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if _is_tensor(item):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, (dict, types.MappingProxyType)):
+            stack.extend(item.values())
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            stack.extend(getattr(item, f.name) for f in dataclasses.fields(item))
+    return found
 
 
 def _stamp(value):
@@ -245,7 +259,7 @@ def _stamp(value):
             data = value.detach()
             if data.device.type != "cpu":
                 data = data.to("cpu")
-            data = data.contiguous()
+            data = data.contiguous().reshape(-1)  # a 0-dim tensor cannot be viewed as bytes
             if data.dtype.is_floating_point or data.dtype.is_complex or data.dtype == sys.modules["torch"].bool:
                 data = data.view(sys.modules["torch"].uint8) if data.numel() else data
             return ("content", hashlib.blake2b(data.numpy().tobytes(), digest_size=16).digest())
@@ -254,6 +268,8 @@ def _stamp(value):
         return ("list", tuple(map(id, value)))
     if isinstance(value, dict):
         return ("dict", tuple((k, id(v)) for k, v in value.items()))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return ("dataclass", tuple(id(getattr(value, f.name)) for f in dataclasses.fields(value)))
     return None
 
 
@@ -295,9 +311,8 @@ def build(node, values: dict, roots: list):
     if kind is dict:
         return {k: build(v, values, roots) for k, v in node.items()}
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        copy = object.__new__(type(node))
-        copy.__dict__.update({k: build(v, values, roots) for k, v in vars(node).items()})
-        return copy
+        fields = dataclasses.fields(node)
+        return copy_dataclass(node, {f.name: build(getattr(node, f.name), values, roots) for f in fields})
     return node
 
 
@@ -320,5 +335,18 @@ def tree_markers(node, out: list) -> list:
         elif kind is dict:
             stack.extend(item.values())
         elif dataclasses.is_dataclass(item) and not isinstance(item, type):
-            stack.extend(vars(item).values())
+            stack.extend(getattr(item, f.name) for f in dataclasses.fields(item))
     return out
+
+
+def copy_dataclass(original, values: dict):
+    """A copy of dataclass ``original`` with field ``values``, bypassing ``__init__`` and ``frozen``.
+
+    ``object.__setattr__`` also works for ``slots=True`` dataclasses, which have no ``__dict__``.
+    """
+    copy = object.__new__(type(original))
+    if hasattr(original, "__dict__"):
+        copy.__dict__.update(vars(original))
+    for name, value in values.items():
+        object.__setattr__(copy, name, value)
+    return copy

@@ -25,10 +25,11 @@ import math
 import os
 import re
 import sys
-import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from ._atomic import fsync_directory, write_atomic  # noqa: F401 - re-exported for _checkpoint
 
 FORMAT = "tensorcode.checkpoint"
 VERSION = 1
@@ -417,35 +418,6 @@ def check_header(record: dict, expected: str, path: Path) -> None:
             f"{path}: not a {expected} version {VERSION} file (format {record.get('format')!r}, "
             f"version {record.get('version')!r})"
         )
-
-
-def write_atomic(path: Path, data: bytes | Iterable) -> None:
-    """Write ``data`` (bytes, or an iterable of buffers) to a temporary file beside ``path``, fsync it, and
-    publish it with ``os.replace``. Call ``fsync_directory(path.parent)`` next to make the rename durable.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            for chunk in [data] if isinstance(data, bytes) else data:
-                handle.write(chunk)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename durable; a no-op where directories cannot be opened (Windows)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def qualified_name(cls: type) -> str:

@@ -8,12 +8,11 @@ the loader import a class, unpickle, or restore a callback.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from . import _tracing
+from ._atomic import write_atomic
 from ._codec import MAX_DEPTH, Decoder, Encoder, Payloads
 from ._fingerprint import describe, difference
 from ._operations import EXTERNAL, PURE
@@ -84,7 +83,7 @@ def save_trace(session, path, *, operations: Mapping, codecs: Mapping | None = N
         text = json.dumps(document, allow_nan=False, separators=(",", ":"))
     except (ValueError, TypeError) as exc:  # pragma: no cover - the encoder already refuses these
         raise ExperienceError(f"experience is not serializable: {exc}") from exc
-    _write_atomic(Path(path), payloads.chunks(text))
+    write_atomic(path, payloads.chunks(text))
 
 
 def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None):
@@ -281,18 +280,3 @@ def _saved_path(path: tuple, where: str) -> list:
                 "integer and string keys (use a list or a string-keyed mapping for outputs that others consume)"
             )
     return list(path)
-
-
-def _write_atomic(path: Path, chunks: Iterable[bytes]) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

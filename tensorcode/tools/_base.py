@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
+
+from .._atomic import write_atomic
 
 FORMAT = "tensorcode.tool"
 VERSION = 1
@@ -95,7 +96,7 @@ class Tool(nn.Module):
     # -- artifacts -----------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write ``tool.json`` (format, version, class, configuration) and ``model.safetensors`` atomically."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -106,10 +107,8 @@ class Tool(nn.Module):
             "class": _qualified(type(self)),
             "configuration": self.configuration(),
         }
-        weights_tmp = _temporary(directory, WEIGHTS)
-        save_file(state, weights_tmp)
-        os.replace(weights_tmp, directory / WEIGHTS)
-        _write_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+        write_atomic(directory / WEIGHTS, save(state))
+        write_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, *, device: str | torch.device = "cpu") -> Tool:
@@ -238,22 +237,3 @@ def open_envelope(inputs: Any, modes, tool: str, field: str = "inputs") -> tuple
 
 def _qualified(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _temporary(directory: Path, name: str) -> str:
-    fd, path = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    return path
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = _temporary(path.parent, path.name)
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ._base import CapturePlan, Tool, _qualified, _write_atomic, check_flags, check_positive, check_seed, open_envelope
+from .._atomic import write_atomic
+from ._base import CapturePlan, Tool, _qualified, check_flags, check_positive, check_seed, open_envelope
 from ._ranking import check_text
 from ._text import Generator, TextEncoder, Tokenizer
 
@@ -101,17 +102,13 @@ class Chatbot(Tool):
         if isinstance(inputs, str):
             texts = [check_text(inputs, "inputs")]
             if not isinstance(targets, str):
-                raise ValueError(
-                    f"targets: one input text takes one reply text, got {type(targets).__name__}"
-                )
+                raise ValueError(f"targets: one input text takes one reply text, got {type(targets).__name__}")
             replies = [self._check_reply(targets, "targets")]
         else:
             texts = _texts(inputs, "inputs")
             if not isinstance(targets, (list, tuple)) or len(targets) != len(texts):
                 got = len(targets) if isinstance(targets, (list, tuple)) else type(targets).__name__
-                raise ValueError(
-                    f"targets: expected a list of {len(texts)} replies (one per input), got {got}"
-                )
+                raise ValueError(f"targets: expected a list of {len(texts)} replies (one per input), got {got}")
             replies = [self._check_reply(t, f"targets[{i}]") for i, t in enumerate(targets)]
         return CapturePlan(self.NAME, {"mode": "reply", "texts": texts}, replies, "chatbot.reply", len(texts))
 
@@ -194,7 +191,7 @@ class Conversation:
             "tool": _qualified(type(self.bot)),
             "turns": self._turns,
         }
-        _write_atomic(Path(path), json.dumps(document, indent=2, ensure_ascii=False))
+        write_atomic(path, json.dumps(document, indent=2, ensure_ascii=False))
 
     @classmethod
     def load(cls, path: str | os.PathLike, bot: Chatbot) -> Conversation:

@@ -128,9 +128,9 @@ class Trainer:
         try:
             for record in session.supervisions:
                 output = session._evaluate([record.output], boundary="recorded", adapt=self._adapt)[0]
-                loss = self._loss(session, record, output)
-                (loss / count).backward()
-                total += float(loss.detach())
+                loss, value = self._loss(session, record, output)
+                (loss / count if count > 1 else loss).backward()
+                total += value
             self._check_gradients()
         except BaseException:
             self.optimizer.zero_grad(set_to_none=True)
@@ -151,9 +151,9 @@ class Trainer:
         """Write a resumable checkpoint directory (``training.json`` + one safetensors generation)."""
         from . import _checkpoint
 
-        if progress is not None:
-            self.progress = progress
-        _checkpoint.save_checkpoint(self, directory, self._progress)
+        progress = self._progress if progress is None else _json_mapping(progress)
+        _checkpoint.save_checkpoint(self, directory, progress)
+        self._progress = progress  # only once the checkpoint that records it exists
 
     def load_checkpoint(self, path: str | os.PathLike) -> dict:
         """Restore a checkpoint (all or nothing) and return its progress mapping."""
@@ -169,30 +169,42 @@ class Trainer:
             return value
         return _to_device(value, device)
 
-    def _loss(self, session: Trace, record, output) -> torch.Tensor:
+    def _loss(self, session: Trace, record, output) -> tuple[torch.Tensor, float]:
+        """The scalar loss of one supervision record and its value."""
         fn = self._losses[record.loss]
         target = self._adapt(record.target)
-        if fn in (_losses.cross_entropy, _losses.mse):
-            loss = fn(output, target, _labels(session.calls[record.output.call].op))
+        if fn is _losses.cross_entropy:
+            # The label order is looked up only for label strings: configuration() can be costly per step.
+            labels = _labels(session.calls[record.output.call].op) if _names_labels(target) else None
+            loss = fn(output, target, labels)
         else:
             loss = fn(output, target)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ValueError(f"loss {record.loss!r} must return a scalar tensor")
-        loss = loss.reshape(())
+        if loss.dim():
+            loss = loss.reshape(())
         if not loss.requires_grad:
             raise ValueError(
                 f"loss {record.loss!r} is not differentiable: the supervised output does not depend on trainable "
                 "parameters through pure operations (recorded boundaries are constants)"
             )
-        if not torch.isfinite(loss):
-            raise ValueError(f"loss {record.loss!r} is not finite ({float(loss)}); no parameter was changed")
-        return loss
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise ValueError(f"loss {record.loss!r} is not finite ({value}); no parameter was changed")
+        return loss, value
 
     def _check_gradients(self) -> None:
         grads = [p.grad for p in self.parameters if p.grad is not None]
         if not grads:
             raise ValueError("the loss is disconnected from the trainer's parameters; no parameter was changed")
-        if not all(bool(torch.isfinite(g).all()) for g in grads):
+        # Sparse gradients (an embedding with sparse=True) are checked through their stored values.
+        grads = [g._values() if g.is_sparse else g for g in grads]
+        # One fused norm pass instead of an elementwise isfinite pass per parameter, which cost as much as the
+        # update itself. A nonfinite norm can also be an overflow of huge finite values: only then look closer.
+        norms = torch._foreach_norm(grads)
+        device = norms[0].device
+        total = float(torch.stack([n.to(device) for n in norms]).sum())
+        if not math.isfinite(total) and not all(bool(torch.isfinite(g).all()) for g in grads):
             raise ValueError("non-finite gradients; no parameter was changed")
 
 
@@ -243,6 +255,12 @@ def _labels(op) -> list | None:
         if isinstance(configuration, dict):
             labels = configuration.get("labels")
     return list(labels) if isinstance(labels, (list, tuple)) else None
+
+
+def _names_labels(target) -> bool:
+    if isinstance(target, str):
+        return True
+    return isinstance(target, (list, tuple)) and bool(target) and isinstance(target[0], str)
 
 
 def _to_device(value, device):
