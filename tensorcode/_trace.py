@@ -434,9 +434,22 @@ def _module_kind(module) -> str:
 def _invoke(op, args, kwargs):
     if isinstance(op, Operation):
         if op.is_async:
-            raise TraceError(f"async operation {op.__name__} cannot be replayed synchronously")
+            return _run_async(op, op.fn(*args, **kwargs))
         return op.fn(*args, **kwargs)
     return op(*args, **kwargs)
+
+
+def _run_async(op, coroutine):
+    """Replay (and so training) is synchronous: run a pure async operation to completion on its own loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    coroutine.close()
+    raise TraceError(
+        f"async operation {op.__name__} cannot be replayed inside a running event loop; replay or train from "
+        "synchronous code (e.g. in a worker thread via asyncio.to_thread)"
+    )
 
 
 def _items(value):

@@ -103,7 +103,7 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
     _check_keys(document, _TOP, "experience file")
     if document["format"] != FORMAT:
         raise ExperienceError(f"unknown format {document['format']!r}; expected {FORMAT!r}")
-    if document["version"] != VERSION or isinstance(document["version"], bool):
+    if type(document["version"]) is not int or document["version"] != VERSION:
         raise ExperienceError(f"unsupported experience version {document['version']!r}; this library reads {VERSION}")
     bindings = document["bindings"]
     if not isinstance(bindings, dict):

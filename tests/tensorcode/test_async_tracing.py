@@ -349,3 +349,53 @@ def test_awaited_operation_inside_a_captured_awaited_call_is_not_recorded():
 
     session = run(main())
     assert [call.op for call in session.calls] == [outer]
+
+
+class AsyncScale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor(2.0))
+
+
+def test_pure_async_operation_replays_and_trains_from_synchronous_code(tmp_path):
+    """Replay runs an awaited pure operation to completion, so a Trainer can train through it."""
+    from tensorcode import training
+
+    scale = AsyncScale()
+
+    @operation(configuration={"op": "async-scale"})
+    async def remote_free_scale(x):
+        await asyncio.sleep(0)
+        return x * scale.weight
+
+    async def program():
+        with trace() as session:
+            out = await remote_free_scale(torch.ones(3))
+        return session, out
+
+    session, out = asyncio.run(program())
+    session.supervise(out, torch.zeros(3), loss="mse", source="test")
+    assert torch.equal(session.replay(out), out)
+    operations = {"scale": remote_free_scale, "holder": scale}
+    session.save(tmp_path / "async.json", operations=operations, release=True)
+    loaded = training.load_experience(tmp_path / "async.json", operations=operations)
+    trainer = training.Trainer.from_ops(operations, lr=0.1)
+    before = scale.weight.item()
+    trainer.step(loaded)
+    assert scale.weight.item() < before
+
+
+@operation
+async def remote_double(x):
+    await asyncio.sleep(0)
+    return x * 2
+
+
+def test_async_replay_inside_a_running_loop_is_refused_with_advice():
+    async def program():
+        with trace() as session:
+            out = await remote_double(torch.ones(2))
+        with pytest.raises(TraceError, match="running event loop"):
+            session.replay(out)
+
+    asyncio.run(program())

@@ -619,3 +619,11 @@ def test_release_validates_the_whole_session_first(ops):
         session.release()
     assert not session.released
     assert session.calls[0].value is hidden
+
+
+def test_a_float_version_is_not_version_one(ops, saved):
+    document = json.loads(saved.read_text())
+    document["version"] = 1.0
+    saved.write_text(json.dumps(document))
+    with pytest.raises(ExperienceError, match="unsupported experience version 1.0"):
+        training.load_experience(saved, operations=ops)
