@@ -94,8 +94,9 @@ class Encoder:
 class Decoder:
     """Decodes values produced by ``Encoder``; every problem is an ``ExperienceError`` naming it."""
 
-    def __init__(self, codecs: dict | None):
+    def __init__(self, codecs: dict | None, *, payloads: list | None = None):
         self.codecs = dict(codecs or {})
+        self.payloads = payloads
 
     def decode(self, data: Any, where: str, depth: int = 0, node=None) -> Any:
         """``node`` decodes tagged argument-tree nodes (refs, roots); plain values reject them."""
@@ -129,9 +130,9 @@ class Decoder:
             return out
         if tag == "bytes":
             _keys(data, {"$", "b64"}, where)
-            return _b64(data["b64"], where)
+            return _b64(data["b64"], where, self.payloads)
         if tag == "tensor":
-            return decode_tensor(data, where)
+            return decode_tensor(data, where, self.payloads)
         if tag == "dataclass":
             _keys(data, {"$", "codec", "fields"}, where)
             cls = self.codecs.get(data["codec"]) if isinstance(data["codec"], str) else None
@@ -204,7 +205,7 @@ class Payloads:
             yield b'"' + rest.encode("ascii")
 
 
-def decode_tensor(data: dict, where: str):
+def decode_tensor(data: dict, where: str, payloads: list | None = None):
     if data.get("layout", "strided") != "strided" or "indices" in data:
         raise ExperienceError(f"{where}: sparse tensor payloads are unsupported; store the dense tensor")
     _keys(data, {"$", "dtype", "shape", "b64"}, where)
@@ -217,7 +218,7 @@ def decode_tensor(data: dict, where: str):
         raise ExperienceError(f"{where}: tensor shape must be a list of nonnegative integers")
     if len(shape) > 32:
         raise ExperienceError(f"{where}: tensor has too many dimensions")
-    raw = _b64(data["b64"], where)
+    raw = _b64(data["b64"], where, payloads)
     numpy_dtype, size, floating = _DTYPES[name]
     count = math.prod(shape)
     if len(raw) != count * size:
@@ -247,9 +248,39 @@ def _finite(tensor) -> bool:
     return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
-def _b64(text: Any, where: str) -> bytes:
+def lift_payloads(raw: bytes) -> tuple[bytes, list]:
+    """Take base64 payloads out of an encoded document before JSON parsing.
+
+    The JSON parser scans and copies every character of a string, which made loading a large tensor several
+    times slower than decoding its base64. Every ``"b64":"...`` value is replaced by ``"@<index>"`` and kept as a
+    view of ``raw``; ``_b64`` resolves it. An unescaped ``"b64":"`` can only be a key and its value (a quote
+    inside a JSON string is escaped), and base64 never contains ``@``, so placeholders cannot be confused.
+    """
+    marker = b'"b64":"'
+    view = memoryview(raw)
+    parts, payloads, position = [], [], 0
+    while (start := raw.find(marker, position)) >= 0:
+        begin = start + len(marker)
+        end = raw.find(b'"', begin)
+        if end < 0:
+            break  # unterminated: the JSON parser reports the truncation
+        parts += [view[position:begin], b"@%d" % len(payloads)]
+        payloads.append(view[begin:end])
+        position = end
+    if not payloads:
+        return raw, payloads
+    parts.append(view[position:])
+    return b"".join(parts), payloads
+
+
+def _b64(text: Any, where: str, payloads: list | None = None) -> bytes:
     if not isinstance(text, str):
         raise ExperienceError(f"{where}: base64 payload must be a string")
+    if payloads is not None and text.startswith("@"):
+        try:
+            text = payloads[int(text[1:])]
+        except (ValueError, IndexError) as exc:
+            raise ExperienceError(f"{where}: invalid base64 payload") from exc
     try:
         # strict_mode is b64decode(validate=True) without its copy of the text into bytes.
         return binascii.a2b_base64(text, strict_mode=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import _tracing
 from ._atomic import write_atomic
-from ._codec import MAX_DEPTH, Decoder, Encoder, Payloads
+from ._codec import MAX_DEPTH, Decoder, Encoder, Payloads, lift_payloads
 from ._fingerprint import describe, difference
 from ._operations import EXTERNAL, PURE
 from .errors import ExperienceError, FingerprintError, TraceError
@@ -96,7 +96,8 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
     if not isinstance(operations, Mapping):
         raise TypeError("operations must be a mapping of binding name to operation")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw, payloads = lift_payloads(Path(path).read_bytes())
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ExperienceError(f"{path}: cannot read experience file: {exc}") from exc
     document = _parse(text, path)
@@ -121,7 +122,7 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
                 f"fingerprint mismatch for binding {name!r}: {where} differs from the saved operation"
             )
 
-    decoder = Decoder(codecs)
+    decoder = Decoder(codecs, payloads=payloads)
     roots = _list(document["roots"], "roots")
     calls = _list(document["calls"], "calls")
     supervisions = _list(document["supervisions"], "supervisions")

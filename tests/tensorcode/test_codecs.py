@@ -434,3 +434,11 @@ def test_boundary_dataclass_with_mapping_proxy_is_refrozen_on_load(tmp_path):
     recorded = training.load_experience(path, operations=OPS, codecs=CODECS).calls[0].recorded
     assert type(recorded) is Record and isinstance(recorded.meta, types.MappingProxyType)
     assert dict(recorded.meta) == {"answer": 42}
+
+
+def test_text_that_looks_like_a_payload_key_is_plain_text(tmp_path):
+    """The loader lifts base64 payloads out before parsing; look-alike text inside strings is untouched."""
+    value = ['"b64":"AAAA"', "@0", b"\x00\x01", torch.arange(4.0), {'"b64":"': '"b64":"@1"'}]
+    restored = roundtrip(value, tmp_path)
+    assert restored[:2] == value[:2] and restored[2] == value[2] and restored[4] == value[4]
+    assert torch.equal(restored[3], value[3])
