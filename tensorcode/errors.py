@@ -16,3 +16,7 @@ class TraceError(RuntimeError):
 
 class FingerprintError(ValueError):
     """An operation's semantics cannot be described safely (opaque state, closures without configuration)."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint could not be saved or loaded. The message names the problem; nothing was changed."""

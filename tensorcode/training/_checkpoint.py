@@ -31,9 +31,9 @@ import warnings
 from pathlib import Path
 
 from .. import checkpoint as standalone
-from ..checkpoint import (
+from .._atomic import fsync_directory, write_atomic
+from .._checkpoint_state import (
     VERSION,
-    CheckpointError,
     ModelState,
     Rollback,
     apply_model,
@@ -45,12 +45,11 @@ from ..checkpoint import (
     describe_operations,
     dtype_name,
     field,
-    fsync_directory,
     optimizer_state,
     read_json,
     sha256,
-    write_atomic,
 )
+from ..errors import CheckpointError
 
 FORMAT = "tensorcode.training-checkpoint"
 MANIFEST = "training.json"
