@@ -57,7 +57,7 @@ def measure(name, tool, single, batch_inputs, batch_targets, device: str, repeat
     experience = trainer.capture(batch_inputs, batch_targets, source="bench")
     steps = 5
     train = _timed(lambda: trainer.fit([experience], epochs=steps), device, max(1, repeats // 2))
-    single_experience = trainer.capture(batch_inputs[:1], batch_targets[:1], source="bench")
+    single_experience = trainer.capture(_first(batch_inputs), batch_targets[:1], source="bench")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "experience.json")
         single_experience.save(path, operations=trainer.operations, release=True)
@@ -66,7 +66,7 @@ def measure(name, tool, single, batch_inputs, batch_targets, device: str, repeat
         "tool": name,
         "forward_1_ms": one * 1e3,
         "forward_32_ms": batch * 1e3,
-        "train_examples_per_s": len(batch_inputs) * steps / train,
+        "train_examples_per_s": plan.examples * steps / train,
         "experience_bytes": size,
     }
     pixels = single.get("pixels") if isinstance(single, dict) else None
@@ -75,6 +75,13 @@ def measure(name, tool, single, batch_inputs, batch_targets, device: str, repeat
     if isinstance(pixels, torch.Tensor):
         row["experience_vs_raw_pixels"] = size / (pixels.numel() * 4)
     return row
+
+
+def _first(batch):
+    """A one-example batch of the same form (a list, or an envelope around a list)."""
+    if isinstance(batch, dict):
+        return {**batch, "inputs": batch["inputs"][:1]}
+    return batch[:1]
 
 
 def main() -> None:

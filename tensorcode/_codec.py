@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from ._tracing import is_tensor
 from .errors import ExperienceError
 
 MAX_DEPTH = 100
@@ -35,11 +36,6 @@ _DTYPES = {
     "uint8": ("|u1", 1, False),
     "bool": ("|b1", 1, False),
 }
-
-
-def is_tensor(value: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
 
 
 class Encoder:

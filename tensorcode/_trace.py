@@ -271,7 +271,7 @@ class Trace:
         index = len(self._roots)
         self._roots.append(_tracing.snapshot(value))
         roots.add(index)
-        if _tracing._is_tensor(value):
+        if _tracing.is_tensor(value):
             watch.append((value, _tracing._stamp(value)))
         elif not isinstance(value, _SCALARS):  # tensors inside a container root (context) are inputs too
             watch.extend((tensor, _tracing._stamp(tensor)) for tensor in _tracing.tensors(value))
@@ -470,9 +470,9 @@ def _rebuild(original, items: dict):
     return _tracing.copy_dataclass(original, items)
 
 
-def _detached(value, depth: int = 0):
+def _detached(value):
     """A recorded external result: tensors detached (gradients never cross a boundary), containers copied."""
-    return _tracing.snapshot(value, depth)
+    return _tracing.snapshot(value)
 
 
 def _name(op) -> str:

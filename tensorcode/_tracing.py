@@ -206,7 +206,7 @@ class Example:
 
 
 # -- helpers on values ------------------------------------------------------------------------------------------
-def _is_tensor(value) -> bool:
+def is_tensor(value) -> bool:
     if type(value) in TENSOR_TYPES:
         return True
     torch = sys.modules.get("torch")
@@ -222,7 +222,7 @@ def snapshot(value, depth: int = 0):
         raise TraceError(f"argument nested more than {_MAX_ARG_DEPTH} levels deep")
     if isinstance(value, _SCALARS):
         return value
-    if _is_tensor(value):
+    if is_tensor(value):
         return value.detach().clone()
     if isinstance(value, list):
         return [snapshot(v, depth + 1) for v in value]
@@ -241,7 +241,7 @@ def tensors(value) -> list:
     found, stack = [], [value]
     while stack:
         item = stack.pop()
-        if _is_tensor(item):
+        if is_tensor(item):
             found.append(item)
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
@@ -254,7 +254,7 @@ def tensors(value) -> list:
 
 def _stamp(value):
     """A mutation stamp: tensor version counter, a content hash for inference tensors, container structure."""
-    if _is_tensor(value):
+    if is_tensor(value):
         if value.is_inference():
             data = value.detach()
             if data.device.type != "cpu":
@@ -320,23 +320,6 @@ def extract(value, path: tuple):
     for key in path:
         value = _element(value, key)
     return value
-
-
-def tree_markers(node, out: list) -> list:
-    """All ``Ref``/``Root`` markers in an argument tree, iteratively."""
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is Ref or kind is Root:
-            out.append(item)
-        elif kind in (list, tuple):
-            stack.extend(item)
-        elif kind is dict:
-            stack.extend(item.values())
-        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
-            stack.extend(getattr(item, f.name) for f in dataclasses.fields(item))
-    return out
 
 
 def copy_dataclass(original, values: dict):
