@@ -11,7 +11,7 @@ resumable training use ``Trainer.save_checkpoint``, which writes a directory wit
 A tensor shared under several names (tied weights, a module bound in two operations) is stored once under its
 first name; the other names are alias records. A load refuses sharing that the current operations lack, and
 names shared now but stored apart unless their stored values are identical, so tied values cannot drift apart.
-Only SGD, Adam and AdamW optimizer state is supported. Neither format ever uses pickle.
+Only SGD, Adam and AdamW optimizer state is supported. Neither format uses pickle at all.
 """
 
 from __future__ import annotations
