@@ -132,14 +132,7 @@ class Chatbot(Tool):
         return self.generator.loss(output["context"], list(target))
 
     def _check_reply(self, value: Any, field: str) -> str:
-        text = check_text(value, field)
-        size = len(text.encode("utf-8"))
-        if size > self.generator.max_length:
-            raise ValueError(
-                f"{field}: reviewed reply is {size} bytes, longer than "
-                f"max_length={self.generator.max_length}; shorten it or configure a larger max_length"
-            )
-        return text
+        return self.generator.check_target(check_text(value, field), field, "reply")
 
 
 class Conversation:

@@ -207,14 +207,7 @@ class Planner(Tool):
         return mode, examples, single
 
     def _check_proposal(self, target: Any, field: str) -> str:
-        text = check_text(target, field)
-        size = len(text.encode("utf-8"))
-        if size > self.generator.max_length:
-            raise ValueError(
-                f"{field}: reviewed plan is {size} bytes, longer than "
-                f"max_length={self.generator.max_length}; shorten it or configure a larger max_length"
-            )
-        return text
+        return self.generator.check_target(check_text(target, field), field, "plan")
 
     def _outcomes(self, examples: list[dict]):
         """Predicted outcomes (batch, plans) (0 at padding), plan mask, and the ranking output."""
