@@ -99,7 +99,7 @@ class Generator(nn.Module):
             gold[i, : len(row)] = torch.tensor(row)
         gold = gold.to(context.device)
         inputs = torch.cat([torch.full_like(gold[:, :1], BOS), gold[:, :-1]], dim=1)
-        logits = self._logits(context, inputs, self._start(context))[0]  # (batch, steps, vocab)
+        logits = self.step(context, inputs, self.start(context))[0]  # (batch, steps, vocab)
         return F.cross_entropy(logits.reshape(-1, BYTE_VOCAB), gold.reshape(-1), ignore_index=PAD)
 
     @torch.no_grad()
@@ -108,11 +108,11 @@ class Generator(nn.Module):
         limit = self.max_length if max_length is None else max_length
         batch = context.shape[0]
         token = torch.full((batch, 1), BOS, dtype=torch.long, device=context.device)
-        hidden = self._start(context)
+        hidden = self.start(context)
         produced = [[] for _ in range(batch)]
         done = [False] * batch
         for _ in range(limit):
-            logits, hidden = self._logits(context, token, hidden)
+            logits, hidden = self.step(context, token, hidden)
             logits[..., PAD] = float("-inf")
             logits[..., BOS] = float("-inf")
             token = logits[:, -1].argmax(-1, keepdim=True)
@@ -126,10 +126,12 @@ class Generator(nn.Module):
                 break
         return [Tokenizer.decode_bytes(p) for p in produced]
 
-    def _start(self, context: torch.Tensor) -> torch.Tensor:
+    def start(self, context: torch.Tensor) -> torch.Tensor:
+        """The decoder's initial hidden state for ``context`` ``(batch, dim)``."""
         return torch.tanh(self.init(context)).unsqueeze(0)  # (1, batch, dim)
 
-    def _logits(self, context, tokens, hidden):
+    def step(self, context, tokens, hidden):
+        """Logits ``(batch, steps, vocab)`` for ``tokens`` after ``hidden``, and the next hidden state."""
         states, hidden = self.gru(self.embed(tokens), hidden)  # (batch, steps, dim)
         joined = torch.cat([states, context.unsqueeze(1).expand_as(states)], dim=-1)
         return self.out(joined), hidden

@@ -7,11 +7,11 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
+from ._decoding import beam_search
 from ._ranking import EvidenceRanker, check_ranking_input, check_text, ranking_receipt
-from ._text import BOS, EOS, PAD, Generator, Tokenizer
+from ._text import Generator, Tokenizer
 
 MODES = ("outcome", "proposal")
 PREFERENCES = ("max", "min")
@@ -115,7 +115,7 @@ class Planner(Tool):
             for b, first in enumerate(greedy):
                 texts = [first]
                 if count > 1:
-                    for text in _beam_search(self.generator, context[b : b + 1], count + 1):
+                    for text in beam_search(self.generator, context[b : b + 1], count + 1)[0]:
                         if text not in texts:
                             texts.append(text)
                 proposals.append(texts[:count])
@@ -290,39 +290,3 @@ def _finite(value: Any, field: str) -> float:
 
 def _attention(example: dict, weights: list[float]) -> dict[str, float]:
     return {s["source_id"]: float(w) for s, w in zip(example["evidence"], weights, strict=False)}
-
-
-def _beam_search(generator: Generator, context: torch.Tensor, width: int) -> list[str]:
-    """Up to ``width`` completions for one ``context`` (1, dim), most likely (summed log-prob) first."""
-    limit = generator.max_length
-    live = [([], 0.0)]  # (bytes so far, log-probability)
-    hidden = generator._start(context)  # (1, beams, dim)
-    finished: list[tuple[list[int], float]] = []
-    for step in range(limit + 1):
-        tokens = torch.tensor([[seq[-1] if seq else BOS] for seq, _ in live], device=context.device)
-        logits, hidden = generator._logits(context.expand(len(live), -1), tokens, hidden)
-        log_probs = F.log_softmax(logits[:, -1], dim=-1)  # (beams, vocab)
-        log_probs[:, PAD] = float("-inf")
-        log_probs[:, BOS] = float("-inf")
-        if step == limit:  # out of length: the only way left is to stop
-            for i, (seq, score) in enumerate(live):
-                finished.append((seq, score + float(log_probs[i, EOS])))
-            break
-        totals = log_probs + torch.tensor([s for _, s in live], device=context.device).unsqueeze(1)
-        best = torch.topk(totals.flatten(), min(width, totals.numel()))
-        survivors, rows = [], []
-        for value, index in zip(best.values.tolist(), best.indices.tolist(), strict=True):
-            row, token = divmod(index, totals.shape[1])
-            if token == EOS:
-                finished.append((live[row][0], value))
-            elif value > float("-inf"):
-                survivors.append((live[row][0] + [token], value))
-                rows.append(row)
-        finished.sort(key=lambda item: -item[1])
-        # Scores only fall as sequences grow, so once `width` finished ones beat every live beam we are done.
-        if not survivors or (len(finished) >= width and finished[width - 1][1] >= survivors[0][1]):
-            break
-        live = survivors
-        hidden = hidden[:, rows]
-    finished.sort(key=lambda item: -item[1])
-    return [Tokenizer.decode_bytes(seq) for seq, _ in finished[:width]]
