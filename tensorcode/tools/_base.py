@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from .._atomic import write_atomic
+from .._fingerprint import qualified_name
 
 FORMAT = "tensorcode.tool"
 VERSION = 1
@@ -104,7 +105,7 @@ class Tool(nn.Module):
         manifest = {
             "format": FORMAT,
             "version": VERSION,
-            "class": _qualified(type(self)),
+            "class": qualified_name(type(self)),
             "configuration": self.configuration(),
         }
         write_atomic(directory / WEIGHTS, save(state))
@@ -125,8 +126,8 @@ class Tool(nn.Module):
             raise ValueError(f"{directory / MANIFEST}: cannot read tool manifest: {exc}") from exc
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
             raise ValueError(f"{directory / MANIFEST}: not a {FORMAT} version {VERSION} manifest")
-        if manifest.get("class") != _qualified(cls):
-            raise ValueError(f"{directory} holds a {manifest.get('class')} artifact, not {_qualified(cls)}")
+        if manifest.get("class") != qualified_name(cls):
+            raise ValueError(f"{directory} holds a {manifest.get('class')} artifact, not {qualified_name(cls)}")
         configuration = manifest.get("configuration")
         if not isinstance(configuration, dict):
             raise ValueError(f"{directory / MANIFEST}: configuration must be a mapping")
@@ -195,7 +196,7 @@ class _Objective(nn.Module):
         self.tool = tool
 
     def configuration(self) -> dict:
-        return {"tool": _qualified(type(self.tool)), "configuration": self.tool.configuration()}
+        return {"tool": qualified_name(type(self.tool)), "configuration": self.tool.configuration()}
 
     def forward(self, batch: Any) -> Any:
         return self.tool.objective(batch)
@@ -233,7 +234,3 @@ def open_envelope(inputs: Any, modes, tool: str, field: str = "inputs") -> tuple
     if "inputs" not in inputs:
         raise ValueError(f"{field}: the envelope is missing 'inputs'")
     return inputs["mode"], inputs["inputs"]
-
-
-def _qualified(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"

@@ -27,19 +27,29 @@ class Tokenizer:
         self.lowercase = lowercase
         self.max_words = max_words
 
+    def pieces(self, text: str) -> list[str]:
+        """The words (and punctuation marks) the encoder reads, as written, at most ``max_words``."""
+        return _WORD.findall(text)[: self.max_words]
+
     def words(self, text: str) -> list[int]:
         """Word ids in ``1..buckets`` (0 is padding); at least one id for any text."""
-        text = text.lower() if self.lowercase else text
-        ids = [1 + zlib.crc32(w.encode("utf-8")) % self.buckets for w in _WORD.findall(text)][: self.max_words]
-        return ids or [1]
+        return self.ids(self.pieces(text)) or [1]
+
+    def ids(self, pieces: list[str]) -> list[int]:
+        if self.lowercase:
+            pieces = [p.lower() for p in pieces]
+        return [1 + zlib.crc32(p.encode("utf-8")) % self.buckets for p in pieces]
 
     def batch(self, texts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """``(ids, mask)``, both ``(batch, words)``, right-padded with 0."""
-        rows = [self.words(t) for t in texts]
+        return self.pad([self.words(t) for t in texts], device)
+
+    @staticmethod
+    def pad(rows: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)
         ids = torch.zeros(len(rows), width, dtype=torch.long)
         for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row)
+            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
         ids = ids.to(device)
         return ids, ids != 0
 

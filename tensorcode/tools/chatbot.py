@@ -11,7 +11,9 @@ import torch
 from torch import nn
 
 from .._atomic import write_atomic
-from ._base import CapturePlan, Tool, _qualified, check_flags, check_positive, check_seed, open_envelope
+from .._fingerprint import qualified_name
+from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
+from ._decoding import log_probabilities
 from ._ranking import check_text
 from ._text import Generator, TextEncoder, Tokenizer
 
@@ -87,6 +89,31 @@ class Chatbot(Tool):
         with torch.no_grad():
             return self.generator.generate(self._context(texts))
 
+    def respond(self, text: str) -> dict:
+        """A JSON receipt for the reply to ``text``: the reply, its log-probability under the decoder, and how
+        much each input word mattered to it.
+
+        The model has no attention layer to report, so the receipt measures instead: ``attention`` weighs each
+        word by how far the reply's log-probability falls when that word is left out (occlusion), normalised to
+        sum to one (uniform when no word matters). One batched forward over the text and its variants.
+        """
+        text = check_text(text, "text")
+        pieces = self.tokenizer.pieces(text)
+        ids = self.tokenizer.ids(pieces)
+        rows = [ids or [1]] + [(ids[:i] + ids[i + 1 :]) or [1] for i in range(len(ids))]
+        with torch.no_grad():
+            context = self._encode(*self.tokenizer.pad(rows, self.device))  # (1 + words, dim)
+            reply = self.generator.generate(context[:1])[0]
+            scores = log_probabilities(self.generator, context, [reply] * len(rows))
+        drops = [max(0.0, scores[0] - s) for s in scores[1:]]
+        total = sum(drops)
+        weights = [d / total for d in drops] if total > 0 else [1.0 / len(drops)] * len(drops)
+        return {
+            "reply": reply,
+            "log_probability": scores[0],
+            "attention": {"method": "occlusion", "words": pieces, "weights": weights},
+        }
+
     def start_conversation(self) -> Conversation:
         """A new, empty conversation with this bot."""
         return Conversation(self)
@@ -123,7 +150,9 @@ class Chatbot(Tool):
 
     # -- internals -----------------------------------------------------------------------------------------
     def _context(self, texts: list[str]) -> torch.Tensor:
-        ids, mask = self.tokenizer.batch(texts, self.device)
+        return self._encode(*self.tokenizer.batch(texts, self.device))
+
+    def _encode(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         states, mask, pooled = self.encoder(ids, mask)  # (batch, words, dim), (batch, dim)
         peak = states.masked_fill(~mask.unsqueeze(-1), -1.0).max(dim=1).values  # (batch, dim)
         return torch.tanh(self.summary(torch.cat([pooled, peak], dim=-1)))  # (batch, dim)
@@ -181,7 +210,7 @@ class Conversation:
         document = {
             "format": CONVERSATION_FORMAT,
             "version": CONVERSATION_VERSION,
-            "tool": _qualified(type(self.bot)),
+            "tool": qualified_name(type(self.bot)),
             "turns": self._turns,
         }
         write_atomic(path, json.dumps(document, indent=2, ensure_ascii=False))

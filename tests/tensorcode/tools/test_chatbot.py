@@ -152,3 +152,27 @@ def test_save_pretrained_round_trips_with_identical_replies(tmp_path):
     restored = Chatbot.from_pretrained(tmp_path / "bot")
     assert restored.configuration() == bot.configuration()
     assert restored.generate(["hello", "when does it open?"]) == bot.generate(["hello", "when does it open?"])
+
+
+def test_respond_returns_a_json_receipt_with_the_reply_and_word_weights():
+    bot = Chatbot(seed=1)
+    receipt = bot.respond("When does the pool open?")
+    assert json.loads(json.dumps(receipt)) == receipt
+    assert receipt["reply"] == bot("When does the pool open?")
+    assert receipt["log_probability"] <= 0.0
+    attention = receipt["attention"]
+    assert attention["method"] == "occlusion"
+    assert attention["words"] == ["When", "does", "the", "pool", "open", "?"]
+    assert len(attention["weights"]) == 6 and abs(sum(attention["weights"]) - 1.0) < 1e-6
+    with pytest.raises(ValueError, match="^text"):
+        bot.respond("   ")
+
+
+def test_respond_weighs_the_word_a_trained_reply_depends_on(chatbot_trained):
+    """Only the place name tells the trained replies apart, so leaving it out costs the reply the most."""
+    bot, _ = chatbot_trained
+    for place in ("museum", "harbour"):
+        receipt = bot.respond(f"When does the {place} open?")
+        weights = dict(zip(receipt["attention"]["words"], receipt["attention"]["weights"], strict=True))
+        assert receipt["reply"].startswith(f"The {place} opens")
+        assert max(weights, key=weights.get) == place, weights
