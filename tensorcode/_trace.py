@@ -40,6 +40,7 @@ class Trace:
         self._producers: dict[int, set] = {}
         self._stamps: dict[int, list[tuple[Any, tuple]]] = {}
         self._pending: set = set()  # coroutines of async calls not yet finished
+        self._plans: dict = {}  # replay plans by (targets, boundary, call count)
         self._closed = False
         self._released = False
         self._entered = False
@@ -154,18 +155,9 @@ class Trace:
             raise ValueError(f"boundary must be 'error' or 'recorded', got {boundary!r}")
         self._check_pending("replay")
         targets = [r.call for r in refs]
-        closure = self._closure(targets)
-        for i in closure:
-            call = self.calls[i]
-            if call.status != OK:
-                raise TraceError(f"call {i} ({call.name}) {call.status} and cannot be replayed: {call.error}")
-            if call.kind == EXTERNAL and boundary == "error":
-                raise TraceError(
-                    f"replay reaches external effect call {i} ({call.name}); pass boundary='recorded' to use its "
-                    "recorded result instead of invoking it"
-                )
-        roots = list(self._roots)
+        closure, counts, used = self._plan(tuple(targets), boundary)
         if inputs:
+            roots = list(self._roots)
             replaced = set()
             for key, value in inputs.items():
                 if not isinstance(key, InputRef):
@@ -181,12 +173,11 @@ class Trace:
                             f"replacement input {sorted(crossing)[0]} cannot cross recorded boundary call {i} "
                             f"({self.calls[i].name}): its recorded result was produced from the original input"
                         )
+        else:
+            roots = self._roots
         if adapt is not None:
-            roots = [adapt(r) for r in roots]
-        uses = dict.fromkeys(closure, 0)
-        for i in closure:
-            for d in self.calls[i].dependencies:
-                uses[d] += 1
+            roots = {r: adapt(roots[r]) for r in used}  # only the roots this replay reads
+        uses = dict(counts)
         keep = set(targets)
         values: dict[int, Any] = {}
         token = _tracing._STATE.set(_tracing._SUPPRESSED)
@@ -206,6 +197,31 @@ class Trace:
         finally:
             _tracing._STATE.reset(token)
         return [_tracing.extract(values[r.call], r.path) for r in refs]
+
+    def _plan(self, targets: tuple, boundary: str) -> tuple[list[int], dict, list[int]]:
+        """The closure of ``targets`` (checked), consumer counts and roots read; cached, as training replays the
+        same supervised outputs every epoch. Recorded calls never change, so only new calls invalidate it."""
+        key = (targets, boundary, len(self.calls))
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        closure = self._closure(list(targets))
+        for i in closure:
+            call = self.calls[i]
+            if call.status != OK:
+                raise TraceError(f"call {i} ({call.name}) {call.status} and cannot be replayed: {call.error}")
+            if call.kind == EXTERNAL and boundary == "error":
+                raise TraceError(
+                    f"replay reaches external effect call {i} ({call.name}); pass boundary='recorded' to use its "
+                    "recorded result instead of invoking it"
+                )
+        counts = dict.fromkeys(closure, 0)
+        for i in closure:
+            for d in self.calls[i].dependencies:
+                counts[d] += 1
+        used = sorted({r for i in closure for r in self.calls[i].roots})
+        self._plans[key] = plan = (closure, counts, used)
+        return plan
 
     # -- release and save --------------------------------------------------------------------------------------
     def validate(self, *, persist: bool = False) -> None:
@@ -372,6 +388,8 @@ class Trace:
 
     # -- checks ------------------------------------------------------------------------------------------------
     def _check_pending(self, action: str) -> None:
+        if not self._pending:
+            return
         # A call cancelled (or closed) before it started never ran and never will: it is not pending.
         self._pending = {c for c in self._pending if inspect.getcoroutinestate(c) != inspect.CORO_CLOSED}
         if self._pending:

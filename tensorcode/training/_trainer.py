@@ -202,8 +202,11 @@ class Trainer:
         # NaN and infinity propagate through sums, so a finite total proves every gradient finite in one cheap
         # pass (an elementwise isfinite pass per parameter cost as much as the update). Only a total that
         # overflows from huge finite values needs the elementwise look.
-        device = grads[0].device
-        total = float(torch.stack([g.sum().to(device) for g in grads]).sum())
+        sums = [g.sum() for g in grads]
+        device = sums[0].device
+        if any(t.device != device for t in sums):
+            sums = [t.to(device) for t in sums]
+        total = float(torch.stack(sums).sum())
         if not math.isfinite(total) and not all(bool(torch.isfinite(g).all()) for g in grads):
             raise ValueError("non-finite gradients; no parameter was changed")
 
