@@ -40,7 +40,7 @@ class Trace:
         self._producers: dict[int, set] = {}
         self._stamps: dict[int, list[tuple[Any, tuple]]] = {}
         self._pending: set = set()  # coroutines of async calls not yet finished
-        self._plans: dict = {}  # replay plans by (targets, boundary, call count)
+        self._plans: dict = {}  # replay plans by (targets, boundary), for the current number of calls
         self._closed = False
         self._released = False
         self._entered = False
@@ -201,7 +201,9 @@ class Trace:
     def _plan(self, targets: tuple, boundary: str) -> tuple[list[int], dict, list[int]]:
         """The closure of ``targets`` (checked), consumer counts and roots read; cached, as training replays the
         same supervised outputs every epoch. Recorded calls never change, so only new calls invalidate it."""
-        key = (targets, boundary, len(self.calls))
+        if self._plans.get("calls") != len(self.calls):  # a new call may change any closure: start afresh
+            self._plans = {"calls": len(self.calls)}
+        key = (targets, boundary)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
