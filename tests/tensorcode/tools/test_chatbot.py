@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from tool_testing import state_copy
 
 from tensorcode import training
 from tensorcode.tools.chatbot import Chatbot, Conversation
@@ -27,10 +28,6 @@ PAIRS = [(f"When does the {p} open?", f"The {p} opens at {HOURS[i % 5]}.") for i
     ("hello", "Hi! How can I help?"),
     ("thanks a lot", "You are welcome."),
 ]
-
-
-def _parameters(tool: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in tool.state_dict().items()}
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +123,7 @@ def test_conversation_load_refuses_other_files(tmp_path):
 def test_bad_input_is_refused_naming_the_field_before_anything_changes(inputs, targets, field):
     bot = Chatbot()
     trainer = training.Trainer.from_tool(bot, optimizer=lambda p: torch.optim.Adam(p, lr=1e-2))
-    before = _parameters(bot)
+    before = state_copy(bot)
     with pytest.raises(ValueError, match=field):
         trainer.capture(inputs, targets, source="review:1")
     assert all(torch.equal(v, bot.state_dict()[k]) for k, v in before.items())

@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+from tool_testing import state_copy
 
 from tensorcode import training
 from tensorcode.tools.investigator import Investigator
@@ -56,10 +57,6 @@ def _example() -> dict:
     }
 
 
-def _state(tool: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in tool.state_dict().items()}
-
-
 def _same_state(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -76,8 +73,8 @@ def test_default_investigator_has_all_four_modes():
 
 def test_seed_reproduces_initialisation():
     a, b, c = Investigator(seed=3), Investigator(seed=3), Investigator(seed=4)
-    assert _same_state(_state(a), _state(b))
-    assert not _same_state(_state(a), _state(c))
+    assert _same_state(state_copy(a), state_copy(b))
+    assert not _same_state(state_copy(a), state_copy(c))
 
 
 def test_configuration_can_leave_capabilities_out():
@@ -207,11 +204,11 @@ _GROUP = {"queries": ["q one", "q two"], "documents": ["d one", "d two", "d thre
 ])
 def test_bad_input_is_refused_naming_the_field_before_anything_changes(inputs, targets, field):
     model = Investigator()
-    before = _state(model)
+    before = state_copy(model)
     trainer = training.Trainer.from_tool(model)
     with pytest.raises(ValueError, match=field):
         trainer.capture(inputs, targets, source="review:1")
-    assert trainer.steps == 0 and _same_state(before, _state(model))
+    assert trainer.steps == 0 and _same_state(before, state_copy(model))
 
 
 # -- training protocol -----------------------------------------------------------------------------------------
@@ -251,12 +248,12 @@ def test_every_mode_trains_from_a_saved_experience(tmp_path):
         ({"mode": "retrieval", "inputs": _GROUP}, [[True, False, True], [False, True, False]]),
     ]
     for i, (inputs, targets) in enumerate(captures):
-        before = _state(model)
+        before = state_copy(model)
         experience = trainer.capture(inputs, targets, source=f"review:{i}")
         experience.save(tmp_path / f"{i}.json", operations=trainer.operations, release=True)
         loaded = training.load_experience(tmp_path / f"{i}.json", operations=trainer.operations)
         assert math.isfinite(trainer.step(loaded))
-        assert not _same_state(before, _state(model))
+        assert not _same_state(before, state_copy(model))
 
 
 def test_train_an_owned_tool_example_runs_as_written(tmp_path, monkeypatch):
@@ -289,7 +286,7 @@ def test_save_pretrained_round_trips_with_identical_outputs(tmp_path):
     model.save_pretrained(tmp_path / "investigator")
     restored = Investigator.from_pretrained(tmp_path / "investigator")
     assert restored.configuration() == model.configuration()
-    assert _same_state(_state(restored), _state(model))
+    assert _same_state(state_copy(restored), state_copy(model))
     calls = [
         _example(),
         {"mode": "verification", "inputs": [_PAIR]},

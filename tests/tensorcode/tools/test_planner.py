@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+from tool_testing import held_out_split, state_copy
 
 from tensorcode import training
 from tensorcode.tools.planner import Planner
@@ -36,18 +37,6 @@ def _incident(rng: random.Random) -> tuple[dict, list[float]]:
     plans = [{"id": f"p{i}", "text": ACTIONS[a][0].format(s=service)} for i, a in enumerate(actions)]
     outcomes = [ACTIONS[a][1] + BONUS[a][symptom] for a in actions]
     return {"goal": f"Recover the {service} quickly.", "evidence": evidence, "plans": plans}, outcomes
-
-
-def _split(train: int, held_out: int) -> tuple[list, list]:
-    rng = random.Random(3)
-    train_set = [_incident(rng) for _ in range(train)]
-    seen = {json.dumps(x, sort_keys=True) for x, _ in train_set}
-    test_set = []
-    while len(test_set) < held_out:
-        example = _incident(rng)
-        if json.dumps(example[0], sort_keys=True) not in seen:
-            test_set.append(example)
-    return train_set, test_set
 
 
 def _mse(tool: Planner, data: list) -> float:
@@ -99,10 +88,6 @@ PROPOSALS = [
     ),
     ({"goal": "Keep billing running.", "evidence": []}, "Watch billing for an hour."),
 ]
-
-
-def _parameters(tool: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in tool.state_dict().items()}
 
 
 def test_constructs_with_no_arguments_and_refuses_unknown_fields():
@@ -168,7 +153,7 @@ def test_candidate_target_supervises_that_plan_only():
 def test_bad_input_is_refused_naming_the_field_before_anything_changes(inputs, targets, field):
     tool = Planner()
     trainer = training.Trainer.from_tool(tool, optimizer=lambda p: torch.optim.Adam(p, lr=1e-2))
-    before = _parameters(tool)
+    before = state_copy(tool)
     with pytest.raises(ValueError, match=field):
         trainer.capture(inputs, targets, source="review:1")
     assert all(torch.equal(v, tool.state_dict()[k]) for k, v in before.items())
@@ -176,7 +161,7 @@ def test_bad_input_is_refused_naming_the_field_before_anything_changes(inputs, t
 
 def test_learns_outcomes_of_held_out_incidents(tmp_path):
     """Held-out outcome MSE falls by more than half; targets mix single observed plans and full lists."""
-    train, held_out = _split(64, 100)
+    train, held_out = held_out_split(_incident, 64, 100, seed=3)
     tool = Planner()
     before = _mse(tool, held_out)
     trainer = training.Trainer.from_tool(tool, optimizer=lambda p: torch.optim.Adam(p, lr=1e-2))
