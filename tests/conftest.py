@@ -1,13 +1,71 @@
-"""Fixtures for every test. Area-specific fixtures live in the conftest.py of their own directory."""
+"""Fixtures for every test. Area-specific fixtures live in the conftest.py of their own directory.
+
+Tests that need a service say so with a marker (`redis`, `postgres`, `e2e`; a test using a fixture whose name
+contains "redis" counts as `redis`). Where the service is missing they are skipped and the run ends with one
+line saying which and how to enable them; under CI (`CI=true`) nothing is skipped, so a missing service fails.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import pytest
 
 POLL_SECONDS = 0.05
+REDIS_URL = os.environ.get("TC_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+CHROMIUM = os.environ.get("TC_CHROMIUM", "/usr/bin/chromium")
+
+_skipped: dict[str, int] = {}
+
+
+def _redis_answers() -> bool:
+    parts = urlsplit(REDIS_URL)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), timeout=1) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _missing_services() -> dict[str, str]:
+    """Marker -> how to enable it, for each service this machine lacks."""
+    missing = {}
+    if not _redis_answers():
+        missing["redis"] = f"start Redis or point TC_TEST_REDIS_URL at one (tried {REDIS_URL})"
+    if not os.environ.get("TC_DATABASE", "sqlite").startswith(("postgres://", "postgresql://")):
+        missing["postgres"] = "set TC_DATABASE=postgres://postgres@127.0.0.1:5432/annotate"
+    if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
+        missing["e2e"] = "install Debian's chromium (apt-get install chromium)"
+    return missing
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        return
+    missing = _missing_services()
+    if not missing:
+        return
+    for item in items:
+        needs = {mark.name for mark in item.iter_markers() if mark.name in missing}
+        if "redis" in missing and any("redis" in name for name in getattr(item, "fixturenames", ())):
+            needs.add("redis")
+        for need in sorted(needs):
+            item.add_marker(pytest.mark.skip(reason=f"needs {need}: {missing[need]}"))
+            _skipped[need] = _skipped.get(need, 0) + 1
+    config._tc_missing = missing
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    missing = getattr(config, "_tc_missing", {})
+    if _skipped:
+        parts = "; ".join(f"{count} {need} tests ({missing[need]})" for need, count in sorted(_skipped.items()))
+        terminalreporter.write_line(f"Skipped for missing services: {parts}.")
 
 
 @pytest.fixture(autouse=True)

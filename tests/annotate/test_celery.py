@@ -18,7 +18,7 @@ from django.conf import settings
 
 from annotate.management.commands.demo import worker_command
 
-REDIS_URL = "redis://127.0.0.1:6379/15"
+REDIS_URL = os.environ.get("TC_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 def _site_env(data_dir: Path, **extra: str) -> dict[str, str]:
