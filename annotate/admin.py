@@ -1,0 +1,113 @@
+"""Django admin for every model of the reviewer app (staff only)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from annotate.models import (
+    Answer,
+    AnswerRevision,
+    ApiToken,
+    Claim,
+    Export,
+    Item,
+    Membership,
+    ModelVersion,
+    Prediction,
+    Project,
+)
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "tool", "mode", "overlap", "current_version", "created_at"]
+    list_filter = ["tool", "mode"]
+    search_fields = ["slug", "name"]
+    prepopulated_fields = {"slug": ["name"]}
+    raw_id_fields = ["current_version", "created_by"]
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["project", "user", "role", "created_at"]
+    list_filter = ["role", "project"]
+    search_fields = ["user__username", "project__slug"]
+    raw_id_fields = ["project", "user"]
+
+
+@admin.register(ModelVersion)
+class ModelVersionAdmin(admin.ModelAdmin):
+    list_display = ["id", "project", "label", "tool", "mode", "trained", "directory", "created_at"]
+    list_filter = ["trained", "tool"]
+    search_fields = ["label", "project__slug"]
+    raw_id_fields = ["project", "parent"]
+    readonly_fields = ["directory"]
+
+
+@admin.register(Item)
+class ItemAdmin(admin.ModelAdmin):
+    list_display = ["id", "project", "status", "confidence", "final_answers", "claimed_by", "claim_expires_at"]
+    list_filter = ["status", "project"]
+    list_select_related = ["project", "claimed_by"]
+    raw_id_fields = ["project", "prediction", "claimed_by"]
+    show_full_result_count = False
+
+
+@admin.register(Claim)
+class ClaimAdmin(admin.ModelAdmin):
+    list_display = ["id", "item", "reviewer", "expires_at", "created_at"]
+    raw_id_fields = ["item", "reviewer"]
+    show_full_result_count = False
+
+
+@admin.register(Prediction)
+class PredictionAdmin(admin.ModelAdmin):
+    list_display = ["id", "item", "model_version", "confidence", "created_at"]
+    raw_id_fields = ["item", "model_version"]
+    show_full_result_count = False
+
+
+class AnswerRevisionInline(admin.TabularInline):
+    model = AnswerRevision
+    extra = 0
+    can_delete = False
+    readonly_fields = ["kind", "target", "skip_reason", "note", "created_at"]
+
+
+@admin.register(Answer)
+class AnswerAdmin(admin.ModelAdmin):
+    list_display = ["id", "item", "reviewer", "kind", "source", "updated_at"]
+    list_filter = ["kind"]
+    search_fields = ["source", "reviewer__username"]
+    raw_id_fields = ["item", "reviewer"]
+    inlines = [AnswerRevisionInline]
+    show_full_result_count = False
+
+
+@admin.register(AnswerRevision)
+class AnswerRevisionAdmin(admin.ModelAdmin):
+    list_display = ["id", "answer", "kind", "note", "created_at"]
+    raw_id_fields = ["answer"]
+    show_full_result_count = False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "name", "user", "project", "created_at", "last_used_at", "revoked_at"]
+    search_fields = ["name", "user__username", "prefix"]
+    raw_id_fields = ["user", "project"]
+    readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]
+
+
+@admin.register(Export)
+class ExportAdmin(admin.ModelAdmin):
+    list_display = ["id", "project", "format", "state", "done", "total", "created_at", "finished_at"]
+    list_filter = ["state", "format"]
+    raw_id_fields = ["project", "requested_by"]

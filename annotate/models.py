@@ -1,0 +1,422 @@
+"""The reviewer app's data: projects, members, model versions, items, predictions, answers, tokens, exports.
+
+The database row is the truth (an item's status and claims, an answer and its revisions, an export's state);
+brokers carry only ids. Files live under the artifact root, in directories named by ids (`annotate.storage`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from annotate import storage
+
+
+class Role(models.TextChoices):
+    REVIEWER = "reviewer", "Reviewer"
+    ADMIN = "admin", "Project admin"
+
+
+class ProjectQuerySet(models.QuerySet):
+    def for_user(self, user) -> ProjectQuerySet:
+        """Projects `user` may see: all for staff, else those they are a member of."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(memberships__user=user)
+
+    def administered_by(self, user) -> ProjectQuerySet:
+        """Projects `user` may configure, import into and export from: all for staff, else admin memberships."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(memberships__user=user, memberships__role=Role.ADMIN)
+
+
+class Project(models.Model):
+    """One tool kind and mode, the model version that predicts for it, and the items reviewers label."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    tool = models.CharField(max_length=32, help_text="Registered tool name (tensorcode.tools.names()).")
+    mode = models.CharField(max_length=32, help_text="One of the tool's modes (tensorcode.tools.MODES).")
+    guidelines = models.TextField(blank=True)
+    configuration = models.JSONField(default=dict, blank=True, help_text="The tool's configuration.")
+    current_version = models.ForeignKey(
+        "ModelVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    overlap = models.PositiveIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="How many reviewers label each item.",
+    )
+    lease_seconds = models.PositiveIntegerField(
+        default=600, validators=[MinValueValidator(10)], help_text="How long a claim on an item lasts."
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return self.name or self.slug
+
+    def clean(self) -> None:
+        from annotate import tooling
+
+        try:
+            tooling.check_tool_mode(self.tool, self.mode)
+        except ValueError as exc:
+            raise ValidationError({"mode": str(exc)}) from exc
+
+    def role_of(self, user) -> str | None:
+        """"admin" | "reviewer" | None for `user` in this project; staff count as admin."""
+        if not getattr(user, "is_authenticated", False):
+            return None
+        if user.is_staff:
+            return Role.ADMIN.value
+        role = self.memberships.filter(user=user).values_list("role", flat=True).first()
+        return role
+
+    def is_admin(self, user) -> bool:
+        return self.role_of(user) == Role.ADMIN
+
+    def is_member(self, user) -> bool:
+        """Whether `user` may review in this project (reviewers, admins and staff)."""
+        return self.role_of(user) is not None
+
+    def source_for(self, item_id: int, user) -> str:
+        """Provenance of a review: `review:<project>/<item>/<reviewer>`."""
+        return f"review:{self.slug}/{item_id}/{user.get_username()}"
+
+
+class Membership(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.REVIEWER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="membership_unique_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project} ({self.role})"
+
+
+class ModelVersionQuerySet(models.QuerySet):
+    def allocate(self, project: Project, **fields) -> ModelVersion:
+        """Create a version row and its (empty) directory `models/<id>`; the caller writes the tool into it."""
+        fields.setdefault("tool", project.tool)
+        fields.setdefault("mode", project.mode)
+        version = self.create(project=project, **fields)
+        version.directory = storage.relative_name("models", version.pk)
+        version.save(update_fields=["directory"])
+        storage.artifact_dir("models", version.pk, create=True)
+        return version
+
+
+class ModelVersion(models.Model):
+    """A `save_pretrained` directory the app manages, under the artifact root, named by this row's id."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="versions")
+    tool = models.CharField(max_length=32)
+    mode = models.CharField(max_length=32)
+    directory = models.CharField(max_length=64, blank=True, editable=False)
+    label = models.CharField(max_length=200, blank=True)
+    trained = models.BooleanField(default=False, help_text="False for a fresh, untrained tool.")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    metrics = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ModelVersionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.label or f"version {self.pk}"
+
+    @property
+    def path(self) -> Path:
+        """The version's directory (holds `tool.json` once materialized)."""
+        return storage.resolve(self.directory or storage.relative_name("models", self.pk))
+
+    @property
+    def is_materialized(self) -> bool:
+        return (self.path / "tool.json").is_file()
+
+    def load(self):
+        """The tool in eval mode (worker only: imports torch). A fresh untrained version is created on first use."""
+        from annotate import tooling
+
+        return tooling.load_version(self)
+
+
+class ItemStatus(models.TextChoices):
+    PENDING = "pending", "Waiting for a prediction"
+    READY = "ready", "Ready for review"
+    DONE = "done", "Done"
+    SKIPPED = "skipped", "Skipped"
+
+
+class ItemQuerySet(models.QuerySet):
+    def claim_next(self, project: Project, user):
+        """Claim the next item for `user` (see `annotate.queue.claim_next`); None when nothing is left."""
+        from annotate import queue
+
+        return queue.claim_next(project, user)
+
+    def in_queue_order(self) -> ItemQuerySet:
+        """Least confident prediction first, then oldest."""
+        return self.order_by(F("confidence").asc(nulls_last=True), "created_at", "id")
+
+
+class Item(models.Model):
+    """One tool input to review. `claimed_by`/`claim_expires_at` mirror the latest `Claim` (the truth)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="items")
+    inputs = models.JSONField()
+    status = models.CharField(max_length=16, choices=ItemStatus.choices, default=ItemStatus.PENDING)
+    confidence = models.FloatField(null=True, blank=True)
+    prediction = models.ForeignKey(
+        "Prediction", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    final_answers = models.PositiveIntegerField(
+        default=0, help_text="Final answers (targets and skips) so far; the item is done at the project's overlap."
+    )
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ItemQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["project", "status", "confidence", "created_at", "id"], name="item_queue_order"),
+            models.Index(fields=["project", "created_at"], name="item_project_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"item {self.pk}"
+
+
+class Claim(models.Model):
+    """A reviewer's lease on an item. With overlap > 1 several reviewers hold claims on one item at once."""
+
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="claims")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="claims")
+    expires_at = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["item", "reviewer"], name="claim_unique_reviewer")]
+        indexes = [models.Index(fields=["reviewer", "expires_at"], name="claim_reviewer_expiry")]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer} on {self.item_id} until {self.expires_at:%H:%M:%S}"
+
+    @property
+    def active(self) -> bool:
+        return self.expires_at > timezone.now()
+
+
+class Prediction(models.Model):
+    """A model version's receipt for an item, with the summary of the traced call that produced it."""
+
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="predictions")
+    model_version = models.ForeignKey(
+        ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="predictions"
+    )
+    receipt = models.JSONField()
+    trace = models.JSONField(default=dict, blank=True)
+    confidence = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"prediction {self.pk} for item {self.item_id}"
+
+    @property
+    def untrained(self) -> bool:
+        """Whether the model that made it was a fresh, untrained tool (labelled so in the page)."""
+        return self.model_version is not None and not self.model_version.trained
+
+
+class AnswerKind(models.TextChoices):
+    TARGET = "target", "Target"
+    SKIP = "skip", "Skipped"
+    DRAFT = "draft", "Draft"
+
+
+FINAL_KINDS = (AnswerKind.TARGET, AnswerKind.SKIP)
+
+
+class Answer(models.Model):
+    """A reviewer's answer to an item: one row per (item, reviewer); its history is in `revisions`."""
+
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="answers")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="answers")
+    kind = models.CharField(max_length=16, choices=AnswerKind.choices)
+    target = models.JSONField(null=True, blank=True)
+    skip_reason = models.CharField(max_length=500, blank=True)
+    source = models.CharField(max_length=300)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["item", "reviewer"], name="answer_unique_reviewer")]
+        indexes = [
+            models.Index(fields=["reviewer", "updated_at"], name="answer_reviewer_updated"),
+            models.Index(fields=["item", "kind"], name="answer_item_kind"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} by {self.reviewer} on item {self.item_id}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.kind in FINAL_KINDS
+
+
+class AnswerRevision(models.Model):
+    """One state of an answer; every change adds one, nothing is overwritten silently."""
+
+    answer = models.ForeignKey(Answer, on_delete=models.CASCADE, related_name="revisions")
+    kind = models.CharField(max_length=16, choices=AnswerKind.choices)
+    target = models.JSONField(null=True, blank=True)
+    skip_reason = models.CharField(max_length=500, blank=True)
+    note = models.CharField(max_length=200, blank=True, help_text="Why this revision was made.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"revision {self.pk} of answer {self.answer_id}"
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def issue(self, user, name: str = "", project: Project | None = None) -> tuple[ApiToken, str]:
+        """Create a token for `user`; returns the row and the secret key (shown once, stored only hashed)."""
+        key = f"tca_{secrets.token_urlsafe(32)}"
+        token = self.create(user=user, name=name, project=project, key_hash=ApiToken.hash_key(key), prefix=key[:8])
+        return token, key
+
+    def authenticate(self, key: str) -> ApiToken | None:
+        """The active token for `key` (its user active too), recording its use; None otherwise."""
+        if not key:
+            return None
+        token = (
+            self.select_related("user", "project")
+            .filter(key_hash=ApiToken.hash_key(key), revoked_at__isnull=True, user__is_active=True)
+            .first()
+        )
+        if token is not None:
+            now = timezone.now()
+            self.filter(pk=token.pk).update(last_used_at=now)
+            token.last_used_at = now
+        return token
+
+
+class ApiToken(models.Model):
+    """A JSON API key of a user; optionally limited to one project. Only its SHA-256 is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True)
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens",
+        help_text="When set, the token reaches only this project.",
+    )
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=8, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name or self.user})"
+
+    @staticmethod
+    def hash_key(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    def reaches(self, project: Project) -> bool:
+        """Whether this token may act on `project` (its scope and its user's membership)."""
+        if self.project_id is not None and self.project_id != project.pk:
+            return False
+        return project.is_member(self.user)
+
+
+class ExportState(models.TextChoices):
+    PENDING = "PENDING", "Pending"
+    RUNNING = "RUNNING", "Running"
+    SUCCEEDED = "SUCCEEDED", "Succeeded"
+    FAILED = "FAILED", "Failed"
+
+
+class ExportFormat(models.TextChoices):
+    EXPERIENCE = "experience", "Experience files"
+    JSONL = "jsonl", "Flat JSONL"
+
+
+class Export(models.Model):
+    """An export of a project's answers; its files are under `exports/<id>/` with a manifest.json."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="exports")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    filters = models.JSONField(default=dict, blank=True)
+    minibatch_size = models.PositiveIntegerField(default=32, validators=[MinValueValidator(1)])
+    format = models.CharField(max_length=16, choices=ExportFormat.choices, default=ExportFormat.EXPERIENCE)
+    state = models.CharField(max_length=16, choices=ExportState.choices, default=ExportState.PENDING)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    files = models.JSONField(default=list, blank=True, help_text="File names in the export directory.")
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(done__lte=F("total")) | Q(total=0), name="export_done_le_total")
+        ]
+
+    def __str__(self) -> str:
+        return f"export {self.pk} of {self.project}"
+
+    @property
+    def directory(self) -> Path:
+        return storage.artifact_dir("exports", self.pk, create=False)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in (ExportState.SUCCEEDED, ExportState.FAILED)
+
+    @property
+    def percent(self) -> int:
+        return int(100 * self.done / self.total) if self.total else (100 if self.is_final else 0)

@@ -1,0 +1,64 @@
+"""The one place that maps a database row to a directory under `settings.TC_ARTIFACT_DIR`.
+
+Model versions, exports and job checkpoints live in directories named by their kind and primary key
+(`models/12`, `exports/3`, `jobs/7`). Rows store the relative name, never an absolute path, so the artifact
+root can be a volume mounted at different places on several hosts. No user-supplied text reaches a path.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+
+KINDS = ("models", "exports", "jobs")
+
+
+def root() -> Path:
+    """The artifact root (`settings.TC_ARTIFACT_DIR`)."""
+    return Path(settings.TC_ARTIFACT_DIR)
+
+
+def relative_name(kind: str, pk: int) -> str:
+    """The directory's name relative to the artifact root, as stored on rows: `"<kind>/<pk>"`."""
+    if kind not in KINDS:
+        raise ValueError(f"artifact kind {kind!r} is not one of {', '.join(KINDS)}")
+    if isinstance(pk, bool) or not isinstance(pk, int) or pk <= 0:
+        raise ValueError(f"artifact id must be a positive integer primary key, got {pk!r}")
+    return f"{kind}/{pk}"
+
+
+def artifact_dir(kind: str, pk: int, create: bool = True) -> Path:
+    """The directory for row `pk` of `kind` ("models" | "exports" | "jobs"); created when `create`."""
+    path = root() / relative_name(kind, pk)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def resolve(name: str) -> Path:
+    """The absolute directory for a stored relative name; refuses anything but `<kind>/<positive int>`."""
+    kind, _, pk = name.partition("/")
+    if not pk.isdigit():
+        raise ValueError(f"{name!r} is not an artifact directory name like 'models/12'")
+    return root() / relative_name(kind, int(pk))
+
+
+def write_once(path: Path, data: bytes) -> Path:
+    """Publish `data` at `path` atomically (temporary file + `os.replace`); refuse to replace an existing file."""
+    if path.exists():
+        raise FileExistsError(f"artifact {path} already exists; artifacts are written once")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
