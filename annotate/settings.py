@@ -92,6 +92,23 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Training goes to the `gpu` queue (workers started with `-Q gpu --concurrency 1`, one job per GPU); imports,
+# exports and predictions to the default queue. A message is acknowledged only when its task ends, and given
+# back if the worker dies; one message at a time per worker, so a long job does not hold others hostage.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {"trainingjobs.tasks.train_job": {"queue": "gpu"}}
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Redis redelivers a message still unacknowledged after this long; a job's lease makes that redelivery harmless.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(os.environ.get("TC_BROKER_VISIBILITY_TIMEOUT", 3600))}
+# `celery beat` re-queues jobs whose worker stopped sending heartbeats (trainingjobs.tasks.sweep_jobs).
+CELERY_BEAT_SCHEDULE = {
+    "trainingjobs-sweep": {"task": "trainingjobs.tasks.sweep_jobs", "schedule": float(os.environ.get(
+        "TC_JOB_SWEEP_SECONDS", 30))},
+}
+# A worker's lease on a job lasts this long past its last heartbeat (sent every third of it, or more often).
+TC_JOB_LEASE_SECONDS = float(os.environ.get("TC_JOB_LEASE_SECONDS", 60))
 
 _local_dirs = [TC_DATA_DIR, TC_ARTIFACT_DIR]
 if CELERY_BROKER_URL.startswith("filesystem:"):

@@ -1,1 +1,188 @@
-"""Fine-tune job rows: the source of truth for a job's state (PENDING -> RUNNING -> final)."""
+"""Fine-tune job rows: the source of truth for a job's state (PENDING -> RUNNING -> final).
+
+A broker message only carries a job's id. Whoever trains a job first takes its lease on this row (a row lock
+to take it, then a heartbeat that pushes `lease_expires_at` forward); a worker that finds a live lease held by
+someone else backs off, and a sweep re-queues RUNNING jobs whose heartbeat stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from annotate import storage
+
+LOG_TAIL_LINES = 200
+
+
+class JobState(models.TextChoices):
+    PENDING = "PENDING", "Pending"
+    RUNNING = "RUNNING", "Running"
+    SUCCEEDED = "SUCCEEDED", "Succeeded"
+    FAILED = "FAILED", "Failed"
+    CANCELLED = "CANCELLED", "Cancelled"
+
+
+FINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class Optimizer(models.TextChoices):
+    SGD = "sgd", "SGD"
+    ADAM = "adam", "Adam"
+    ADAMW = "adamw", "AdamW"
+
+
+class DevicePreference(models.TextChoices):
+    AUTO = "auto", "Auto (CUDA when the worker has it)"
+    CPU = "cpu", "CPU"
+    CUDA = "cuda", "CUDA"
+
+
+class TrainingJob(models.Model):
+    """One fine-tune of a project's model version on a frozen snapshot of its reviewed records."""
+
+    project = models.ForeignKey("annotate.Project", on_delete=models.CASCADE, related_name="training_jobs")
+    base_version = models.ForeignKey(
+        "annotate.ModelVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs_based_on"
+    )
+    # Kept so that a job whose base version was deleted can still say which one it was.
+    base_version_label = models.CharField(max_length=200, blank=True)
+    result_version = models.ForeignKey(
+        "annotate.ModelVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs_producing"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    # -- settings (fixed at launch; "continue" raises `epochs`) ---------------------------------------------------
+    filters = models.JSONField(default=dict, blank=True, help_text="Which reviewed records, as in an export.")
+    held_out_fraction = models.FloatField(
+        default=0.2, validators=[MinValueValidator(0.0), MaxValueValidator(0.9)],
+        help_text="Share of reviewed items kept out of training to evaluate base and new versions.",
+    )
+    minibatch_size = models.PositiveIntegerField(default=32, validators=[MinValueValidator(1)])
+    optimizer = models.CharField(max_length=8, choices=Optimizer.choices, default=Optimizer.ADAM)
+    lr = models.FloatField(default=0.01, validators=[MinValueValidator(1e-8), MaxValueValidator(10.0)])
+    epochs = models.PositiveIntegerField(default=20, validators=[MinValueValidator(1), MaxValueValidator(10_000)])
+    seed = models.PositiveIntegerField(default=0)
+    device = models.CharField(max_length=8, choices=DevicePreference.choices, default=DevicePreference.AUTO)
+    checkpoint_interval = models.PositiveIntegerField(
+        default=50, validators=[MinValueValidator(1)], help_text="Steps between checkpoints."
+    )
+
+    # -- state ---------------------------------------------------------------------------------------------------
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    error = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    first_step_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    # -- the worker's lease and report -----------------------------------------------------------------------------
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0, help_text="Times a worker took the lease.")
+    worker_host = models.CharField(max_length=200, blank=True)
+    device_used = models.CharField(max_length=32, blank=True)
+    step = models.PositiveIntegerField(default=0)
+    total_steps = models.PositiveIntegerField(default=0)
+    epoch = models.PositiveIntegerField(default=0)
+    # The step and time at which the current attempt started: the ETA is measured on this attempt only.
+    attempt_step = models.PositiveIntegerField(default=0)
+    attempt_started_at = models.DateTimeField(null=True, blank=True)
+    train_items = models.JSONField(default=list, blank=True, help_text="Item ids trained on (frozen at launch).")
+    held_out_items = models.JSONField(default=list, blank=True, help_text="Item ids held out (frozen at launch).")
+    metrics = models.JSONField(default=dict, blank=True)
+    log = models.TextField(blank=True, help_text=f"The last {LOG_TAIL_LINES} lines of the job's log.")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "lease_expires_at"], name="job_state_lease")]
+
+    def __str__(self) -> str:
+        return f"training job {self.pk} of {self.project}"
+
+    # -- derived -------------------------------------------------------------------------------------------------
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def directory(self) -> Path:
+        """`jobs/<id>/` under the artifact root: the data snapshot and the checkpoint."""
+        return storage.artifact_dir("jobs", self.pk, create=False)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.directory / "checkpoint"
+
+    @property
+    def percent(self) -> int:
+        if self.state == JobState.SUCCEEDED:
+            return 100
+        return min(100, int(100 * self.step / self.total_steps)) if self.total_steps else 0
+
+    @property
+    def eta_seconds(self) -> int | None:
+        """Seconds left at this attempt's pace; None before it has made a step."""
+        if self.state != JobState.RUNNING or not self.attempt_started_at or self.step <= self.attempt_step:
+            return None
+        elapsed = (timezone.now() - self.attempt_started_at).total_seconds()
+        per_step = elapsed / (self.step - self.attempt_step)
+        return math.ceil(per_step * max(0, self.total_steps - self.step))
+
+    @property
+    def eta(self) -> timedelta | None:
+        seconds = self.eta_seconds
+        return None if seconds is None else timedelta(seconds=seconds)
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.state in (JobState.PENDING, JobState.RUNNING) and not self.cancel_requested
+
+    @property
+    def can_resume(self) -> bool:
+        return self.state in (JobState.CANCELLED, JobState.FAILED)
+
+    @property
+    def can_continue(self) -> bool:
+        return self.state == JobState.SUCCEEDED
+
+    def lease_is_live(self, now=None) -> bool:
+        return bool(self.lease_owner) and self.lease_expires_at is not None and (
+            self.lease_expires_at > (now or timezone.now())
+        )
+
+    def log_lines(self) -> list[str]:
+        return self.log.splitlines()
+
+    @staticmethod
+    def appended_log(log: str, *lines: str) -> str:
+        """`log` with timestamped `lines` added, cut to the last LOG_TAIL_LINES lines."""
+        stamp = timezone.now().strftime("%H:%M:%S")
+        kept = log.splitlines() + [f"{stamp} {line}" for line in lines]
+        return "\n".join(kept[-LOG_TAIL_LINES:])
+
+
+class LossPoint(models.Model):
+    """The training loss after one optimizer step. One row per (job, step): a replayed step overwrites it."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="loss_points")
+    step = models.PositiveIntegerField()
+    epoch = models.PositiveIntegerField()
+    loss = models.FloatField()
+
+    class Meta:
+        ordering = ["job", "step"]
+        constraints = [models.UniqueConstraint(fields=["job", "step"], name="losspoint_unique_step")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} step {self.step}: {self.loss:.4g}"
