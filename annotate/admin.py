@@ -47,7 +47,7 @@ class ModelVersionAdmin(admin.ModelAdmin):
     list_display = ["id", "project", "label", "tool", "mode", "trained", "directory", "created_at"]
     list_filter = ["trained", "tool"]
     search_fields = ["label", "project__slug"]
-    raw_id_fields = ["project", "parent"]
+    raw_id_fields = ["project", "parent", "created_by_job"]
     readonly_fields = ["directory"]
 
 

@@ -139,6 +139,9 @@ class ModelVersion(models.Model):
     label = models.CharField(max_length=200, blank=True)
     trained = models.BooleanField(default=False, help_text="False for a fresh, untrained tool.")
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    created_by_job = models.ForeignKey(
+        "trainingjobs.TrainingJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="created_versions"
+    )
     metrics = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
