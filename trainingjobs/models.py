@@ -98,8 +98,9 @@ class TrainingJob(models.Model):
     # The step and time at which the current attempt started: the ETA is measured on this attempt only.
     attempt_step = models.PositiveIntegerField(default=0)
     attempt_started_at = models.DateTimeField(null=True, blank=True)
-    train_items = models.JSONField(default=list, blank=True, help_text="Item ids trained on (frozen at launch).")
-    held_out_items = models.JSONField(default=list, blank=True, help_text="Item ids held out (frozen at launch).")
+    # The data, frozen at launch: ids of the answer revisions (immutable rows) trained on and held out.
+    train_records = models.JSONField(default=list, blank=True)
+    held_out_records = models.JSONField(default=list, blank=True)
     metrics = models.JSONField(default=dict, blank=True)
     log = models.TextField(blank=True, help_text=f"The last {LOG_TAIL_LINES} lines of the job's log.")
 

@@ -1,0 +1,84 @@
+"""What a finished job reports: base and new versions on the held-out records, and the answers that changed."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+from trainingjobs import snapshot
+
+logger = logging.getLogger(__name__)
+
+CHANGED_SHOWN = 50  # held-out items listed with their changed prediction
+
+
+def compare(job, new_version, files: snapshot.Snapshot) -> dict:
+    """`{"held_out", "base", "new", "changed", "changed_count"}`; metrics are `training.evaluate` reports."""
+    from annotate import tooling
+    from tensorcode import training
+
+    if not files.held_out:
+        return {"held_out": 0, "note": "no held-out records (held-out fraction 0 or fewer than two items)"}
+    paths = [str(path) for path in files.held_out]
+    metrics: dict = {"held_out": len(job.held_out_records)}
+    base = job.base_version
+    versions = {"new": new_version} | ({"base": base} if base is not None else {})
+    for name, version in versions.items():
+        # evaluate may switch modes; the loader's cached tool serves predictions and must stay as it is.
+        metrics[name] = training.evaluate(copy.deepcopy(tooling.load_version(version)), paths)
+    if base is None:
+        metrics["base"] = None
+        return metrics
+    examples = snapshot.held_out_examples(job)
+    inputs = [example[1] for example in examples]
+    before = tooling.predict_batch(base, inputs)
+    after = tooling.predict_batch(new_version, inputs)
+    changed = []
+    for (item_id, _, target), old, new in zip(examples, before, after, strict=True):
+        old_answer, new_answer = answer_of(old["receipt"]), answer_of(new["receipt"])
+        if old_answer != new_answer:
+            changed.append(
+                {
+                    "item": item_id,
+                    "target": target,
+                    "before": old_answer,
+                    "after": new_answer,
+                    "before_confidence": old["confidence"],
+                    "after_confidence": new["confidence"],
+                }
+            )
+    metrics["changed_count"] = len(changed)
+    metrics["changed"] = changed[:CHANGED_SHOWN]
+    return metrics
+
+
+def refit_calibration(job, tool, files: snapshot.Snapshot) -> dict | None:
+    """Refit an Investigator verifier's calibration on the held-out pairs (new weights make the old one stale).
+
+    Returns the fit report, or None when the project is not an Investigator verifier or nothing is held out.
+    """
+    project = job.project
+    if project.tool != "investigator" or project.mode != "verification" or not job.held_out_records:
+        return None
+    examples = snapshot.held_out_examples(job)
+    report = tool.calibrate_verifier([example[1] for example in examples], [example[2] for example in examples])
+    return _json_safe(report)
+
+
+def answer_of(receipt: dict):
+    """The part of a receipt that is the model's answer, compared between versions."""
+    kind = receipt.get("kind")
+    if kind == "generation":
+        return receipt.get("text")
+    if kind == "retrieval":
+        return [query.get("selected_id") for query in receipt.get("queries", [])]
+    return receipt.get("selected_id")
+
+
+def _json_safe(report) -> dict:
+    from annotate import tooling
+
+    try:
+        return tooling.to_json(dict(report))
+    except (TypeError, ValueError):
+        return {"report": str(report)}

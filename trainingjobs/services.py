@@ -1,0 +1,152 @@
+"""What admins and the scheduler do to jobs: launch, cancel, resume, continue, promote, sweep.
+
+Every change locks the job row and enqueues with `delay_on_commit`, so a task never runs before the row it
+reads is committed. Training itself is `trainingjobs.runner`, on a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from trainingjobs import defaults, snapshot
+from trainingjobs.models import JobState, TrainingJob
+
+logger = logging.getLogger(__name__)
+
+
+class JobActionError(ValueError):
+    """An action the job's state does not allow; the message says why, for the page."""
+
+
+def launch(project, *, base_version, created_by=None, filters: dict | None = None, **settings) -> TrainingJob:
+    """Create a job that trains `base_version` on `project`'s reviewed records as they are now, and queue it.
+
+    `settings` are the job's fields (held_out_fraction, minibatch_size, optimizer, lr, epochs, seed, device,
+    checkpoint_interval); the tool kind's defaults fill in the rest.
+    """
+    if base_version is None or base_version.project_id != project.pk:
+        raise JobActionError("choose a model version of this project to start from")
+    values = defaults.for_tool(project.tool) | {k: v for k, v in settings.items() if v is not None}
+    with transaction.atomic():
+        records = list(snapshot.select_records(project, filters))
+        train, held_out = snapshot.split(records, values["held_out_fraction"], values["seed"])
+        if not train:
+            raise JobActionError("no reviewed records match; review some items (or widen the filters) first")
+        job = TrainingJob.objects.create(
+            project=project,
+            base_version=base_version,
+            base_version_label=str(base_version),
+            created_by=created_by,
+            filters=filters or {},
+            train_records=train,
+            held_out_records=held_out,
+            **values,
+        )
+        job.log = job.appended_log(
+            "", f"launched: {len(train)} training and {len(held_out)} held-out records from {base_version}"
+        )
+        _enqueue(job)
+    return job
+
+
+def cancel(job_id: int) -> TrainingJob:
+    """Stop a job: at once when it is queued, at its next step when a worker is training it."""
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().get(pk=job_id)
+        if job.is_final:
+            raise JobActionError(f"the job is already {job.get_state_display().lower()}")
+        if job.state == JobState.PENDING:
+            job.state, job.finished_at = JobState.CANCELLED, timezone.now()
+            job.log = job.appended_log(job.log, "cancelled while queued")
+        else:
+            job.log = job.appended_log(job.log, "cancel requested; stopping at the next step")
+        job.cancel_requested = True
+        job.save()
+    return job
+
+
+def resume(job_id: int) -> TrainingJob:
+    """Queue a cancelled or failed job again; it continues from its last checkpoint."""
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().get(pk=job_id)
+        if not job.can_resume:
+            raise JobActionError("only a cancelled or failed job can be resumed")
+        job.log = job.appended_log(job.log, "resume requested")
+        _requeue(job)
+    return job
+
+
+def continue_training(job_id: int, extra_epochs: int) -> TrainingJob:
+    """Train a succeeded job for `extra_epochs` more, from its final checkpoint; the result is a new version."""
+    if not isinstance(extra_epochs, int) or extra_epochs < 1:
+        raise JobActionError("continue needs a positive number of extra epochs")
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().get(pk=job_id)
+        if not job.can_continue:
+            raise JobActionError("only a succeeded job can be continued")
+        job.epochs += extra_epochs
+        job.log = job.appended_log(job.log, f"continue requested: {extra_epochs} more epochs ({job.epochs} in all)")
+        _requeue(job)
+    return job
+
+
+def promote(version, *, by=None) -> None:
+    """Make `version` its project's current model and re-predict the items still waiting for review."""
+    from annotate.models import Project
+    from trainingjobs import tasks
+
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=version.project_id)
+        project.current_version = version
+        project.save(update_fields=["current_version"])
+        tasks.repredict_pending.delay_on_commit(project.pk, version.pk)
+    logger.info("project %s: version %s promoted by %s", project.slug, version.pk, by)
+
+
+def sweep() -> list[int]:
+    """Re-queue RUNNING jobs whose heartbeat expired (their worker died) and PENDING jobs left unstarted.
+
+    Returns the ids re-queued. Rows another transaction holds are skipped until the next sweep.
+    """
+    from trainingjobs import lease
+
+    now = timezone.now()
+    stale = now - timezone.timedelta(seconds=lease.lease_seconds())
+    requeued = []
+    with transaction.atomic():
+        expired = TrainingJob.objects.select_for_update(skip_locked=True).filter(
+            state=JobState.RUNNING, lease_expires_at__lt=now
+        )
+        for job in expired:
+            job.log = job.appended_log(job.log, f"heartbeat of {job.lease_owner} expired; re-queued")
+            _requeue(job)
+            requeued.append(job.pk)
+        # A queued job whose message was lost (a broker flushed, a worker killed before it acknowledged).
+        lost = TrainingJob.objects.select_for_update(skip_locked=True).filter(
+            state=JobState.PENDING, queued_at__lt=stale
+        )
+        for job in lost:
+            _requeue(job)
+            requeued.append(job.pk)
+    return requeued
+
+
+def _requeue(job: TrainingJob) -> None:
+    job.state = JobState.PENDING
+    job.cancel_requested = False
+    job.error = ""
+    job.finished_at = None
+    job.lease_owner = ""
+    job.lease_expires_at = None
+    _enqueue(job)
+
+
+def _enqueue(job: TrainingJob) -> None:
+    from trainingjobs import tasks
+
+    job.queued_at = timezone.now()
+    job.save()
+    tasks.train_job.delay_on_commit(job.pk)

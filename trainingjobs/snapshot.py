@@ -1,0 +1,143 @@
+"""A job's data: frozen at launch as answer revisions, written by the worker as the job's own experience files.
+
+Launching records which reviewed answers the job uses by the ids of their current revisions (revisions are
+never changed), split into training and held-out records by item. The worker then captures those records with
+the base version's trainer into `jobs/<id>/data/` (one experience file per minibatch, as an export does), so
+labels given or edited after launch never change a job, and a job can be re-run exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.db.models import Max
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The experience files of a job, and the held-out items (for the predictions that changed)."""
+
+    train: list[Path]
+    held_out: list[Path]
+    held_out_items: list[int]
+
+
+def select_records(project, filters: dict | None = None):
+    """The current revision of every final target answer of `project` that `filters` keep, oldest item first.
+
+    Filters (all optional): `reviewers` (usernames), `answered_after` / `answered_before` (ISO datetimes, on
+    when the answer was last changed).
+    """
+    from annotate.models import AnswerKind, AnswerRevision
+
+    filters = filters or {}
+    answers = AnswerRevision.objects.filter(answer__item__project=project, answer__kind=AnswerKind.TARGET)
+    if filters.get("reviewers"):
+        answers = answers.filter(answer__reviewer__username__in=filters["reviewers"])
+    if filters.get("answered_after"):
+        answers = answers.filter(answer__updated_at__gte=filters["answered_after"])
+    if filters.get("answered_before"):
+        answers = answers.filter(answer__updated_at__lt=filters["answered_before"])
+    latest = answers.values("answer_id").annotate(last=Max("id")).values_list("last", flat=True)
+    return (
+        AnswerRevision.objects.filter(pk__in=list(latest), kind=AnswerKind.TARGET)
+        .select_related("answer__item")
+        .order_by("answer__item_id", "answer_id")
+    )
+
+
+def split(records, held_out_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Revision ids for training and for evaluation, split by item (all answers of an item on one side).
+
+    At least one item is held out when the fraction is positive and there are two items or more; at least one
+    item is always trained on.
+    """
+    by_item: dict[int, list[int]] = {}
+    for record in records:
+        by_item.setdefault(record.answer.item_id, []).append(record.pk)
+    items = sorted(by_item)
+    random.Random(seed).shuffle(items)
+    held = 0
+    if held_out_fraction > 0 and len(items) >= 2:
+        held = min(len(items) - 1, max(1, math.floor(held_out_fraction * len(items) + 0.5)))
+    held_items = set(items[:held])
+    train = [pk for item in sorted(by_item) if item not in held_items for pk in by_item[item]]
+    held_out = [pk for item in sorted(held_items) for pk in by_item[item]]
+    return train, held_out
+
+
+def ensure(job) -> Snapshot:
+    """The job's experience files, written on first use from its frozen records (then only read)."""
+    root = job.directory / "data"
+    if not (root / MANIFEST).is_file():
+        _write(job, root)
+    manifest = json.loads((root / MANIFEST).read_text())
+    return Snapshot(
+        train=[root / name for name in manifest["train"]],
+        held_out=[root / name for name in manifest["held_out"]],
+        held_out_items=list(manifest["held_out_items"]),
+    )
+
+
+def held_out_examples(job) -> list[tuple[int, object, object]]:
+    """(item id, inputs, reviewed target) of each held-out record, in the frozen order."""
+    return [(r.answer.item_id, r.answer.item.inputs, r.target) for r in _records(job.held_out_records)]
+
+
+def _write(job, root: Path) -> None:
+    from annotate import tooling
+    from trainingjobs.runner import JobFailed
+
+    if not job.train_records:
+        raise JobFailed("the job has no reviewed records to train on; review items first, then launch again")
+    version = job.base_version
+    if version is None:
+        raise JobFailed("the base model version was deleted after the job was launched; launch a new job")
+    trainer = tooling.trainer_for(version)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    # Written into a temporary sibling and published by renaming, so a crash never leaves a partial snapshot.
+    staging = Path(tempfile.mkdtemp(dir=root.parent, prefix=".data-"))
+    try:
+        manifest = {"train": [], "held_out": [], "held_out_items": []}
+        for part, ids in (("train", job.train_records), ("held_out", job.held_out_records)):
+            records = _records(ids)
+            if len(records) != len(ids):
+                raise JobFailed(f"{len(ids) - len(records)} of the job's frozen {part} records no longer exist")
+            for index in range(0, len(records), job.minibatch_size):
+                batch = records[index : index + job.minibatch_size]
+                name = f"{part}-{index // job.minibatch_size:05d}.json"
+                try:
+                    tooling.capture_experience(
+                        trainer,
+                        job.project.mode,
+                        [r.answer.item.inputs for r in batch],
+                        [r.target for r in batch],
+                        [r.answer.source for r in batch],
+                        staging / name,
+                    )
+                except ValueError as exc:
+                    raise JobFailed(f"cannot capture {part} records {batch[0].pk}..{batch[-1].pk}: {exc}") from exc
+                manifest[part].append(name)
+            if part == "held_out":
+                manifest["held_out_items"] = [r.answer.item_id for r in records]
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        os.replace(staging, root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _records(ids: list[int]) -> list:
+    from annotate.models import AnswerRevision
+
+    rows = AnswerRevision.objects.select_related("answer__item").in_bulk(ids)
+    return [rows[pk] for pk in ids if pk in rows]
