@@ -1,22 +1,41 @@
 """The only module of the app that touches `tensorcode`: tools by name, predictions in a trace, targets checked.
 
-Torch-free functions (`check_tool_mode`, `validate_inputs`, `validate_target`) run in the web process;
-`load_version`, `predict` and the experience helpers import torch and run only in Celery workers.
+Torch-free functions (`check_tool_mode`, `check_configuration`, `validate_inputs`, `validate_target`) run in
+the web process. `load_version`, `predict_batch`, `capture_experience` and `check_experience_file` import
+torch and run only in Celery workers (and management commands).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import tensorcode
 from tensorcode import tools as _tools
 
-# The contract's registry (`tensorcode.tools.names/MODES/...`) is landing on main; until it does these
-# names are the contract's, so the web process can validate a project's tool and mode.
-TOOL_MODES: dict[str, tuple[str, ...]] = getattr(_tools, "MODES", None) or {
+# The contract's registry functions are landing on main (lib-contract). Until `tensorcode.tools` has them, the
+# `_fallback_*` helpers at the bottom of this module stand in; they import torch and disappear with the merge.
+_REGISTRY = all(
+    callable(getattr(_tools, name, None))
+    for name in ("create", "load_pretrained", "predict", "validate_inputs", "validate_target")
+)
+
+TOOL_MODES: dict[str, tuple[str, ...]] = dict(getattr(_tools, "MODES", None) or {
     "investigator": ("rank", "verification", "proposal", "retrieval"),
     "decision": ("rank",),
     "planner": ("outcomes", "proposal"),
     "scene": ("rank", "language"),
     "chatbot": ("reply",),
-}
+})
+
+MAX_PREVIEW = 240  # characters of a value shown in a trace summary
+MAX_STEPS = 60  # submodule calls kept per traced prediction
+TRACE_VERSION = 1
 
 
 def tool_names() -> tuple[str, ...]:
@@ -30,3 +49,322 @@ def check_tool_mode(tool: str, mode: str) -> None:
         raise ValueError(f"tool: unknown tool {tool!r}; registered tools: {', '.join(TOOL_MODES)}")
     if mode not in TOOL_MODES[tool]:
         raise ValueError(f"mode: {tool} has no mode {mode!r}; its modes: {', '.join(TOOL_MODES[tool])}")
+
+
+def validate_inputs(tool: str, mode: str, inputs: Any, configuration: dict | None = None) -> Any:
+    """One example's inputs, normalized; `ValueError` naming the field when the tool would reject them."""
+    check_tool_mode(tool, mode)
+    if _REGISTRY:
+        return _tools.validate_inputs(tool, mode, inputs, configuration=configuration or None)
+    return _fallback_validate_inputs(tool, mode, inputs, configuration or {})
+
+
+def validate_target(tool: str, mode: str, inputs: Any, target: Any, configuration: dict | None = None) -> Any:
+    """The normalized target; `ValueError` with the trainer's own message when training would reject it."""
+    check_tool_mode(tool, mode)
+    if _REGISTRY:
+        return _tools.validate_target(tool, mode, inputs, target, configuration=configuration or None)
+    return _fallback_validate_target(tool, mode, inputs, target, configuration or {})
+
+
+def to_json(value: Any) -> Any:
+    """`value` as strict JSON data (no NaN/Infinity, tuples as lists); `ValueError` otherwise."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"not strict JSON data: {exc}") from exc
+
+
+# -- worker side: models, predictions, traces ------------------------------------------------------------------
+def create_tool(tool: str, mode: str, configuration: dict):
+    """A fresh, untrained tool of `configuration` for `mode`."""
+    check_tool_mode(tool, mode)
+    if _REGISTRY:
+        return _tools.create(tool, mode=mode, **(configuration or {}))
+    return _fallback_create(tool, mode, configuration or {})
+
+
+def check_configuration(tool: str, mode: str, configuration: dict) -> dict:
+    """The configuration with defaults, or `ValueError` naming the bad field (builds nothing)."""
+    check_tool_mode(tool, mode)
+    cls = _tools.get(tool) if _REGISTRY and hasattr(_tools, "get") else _fallback_class(tool)
+    configuration = dict(configuration or {})
+    if tool == "scene":
+        configuration.setdefault("mode", mode)
+    return cls.validate_configuration(configuration)
+
+
+def materialize(version) -> None:
+    """Ensure `version.path` holds a tool: a fresh untrained version is created and saved on first use."""
+    if version.is_materialized:
+        return
+    if version.trained:
+        raise FileNotFoundError(f"model version {version.pk} has no tool.json in {version.directory}")
+    tool = create_tool(version.tool, version.mode, version.project.configuration)
+    tool.save_pretrained(version.path)
+
+
+def load_version(version):
+    """The version's tool in eval mode, loaded by its registered name (materialized first when untrained)."""
+    materialize(version)
+    return _load_cached(str(version.path), (version.path / "tool.json").stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_cached(path: str, _stamp: int):
+    tool = _tools.load_pretrained(path, device="cpu") if _REGISTRY else _fallback_load(path)
+    tool.eval()
+    return tool
+
+
+def predict_batch(version, inputs_list: Sequence[Any]) -> list[dict]:
+    """Run the version's tool on `inputs_list` inside `tensorcode.trace()`.
+
+    Returns one `{"receipt", "confidence", "trace"}` per input; `trace` is the JSON summary the item page
+    shows as "how the model got here" (see `summarize_trace`).
+    """
+    import torch
+
+    tool = load_version(version)
+    inputs_list = list(inputs_list)
+    with torch.no_grad(), _module_steps(tool) as steps, tensorcode.trace() as session:
+        receipts = _predict(tool, version.mode, inputs_list)
+    if len(receipts) != len(inputs_list):
+        raise RuntimeError(f"{version.tool} returned {len(receipts)} receipts for {len(inputs_list)} inputs")
+    model = {"tool": version.tool, "mode": version.mode, "version": version.pk, "trained": version.trained}
+    results = []
+    for index, (inputs, receipt) in enumerate(zip(inputs_list, receipts, strict=True)):
+        receipt = to_json(receipt)
+        results.append(
+            {
+                "receipt": receipt,
+                "confidence": confidence_of(receipt),
+                "trace": summarize_trace(session, steps, index, len(inputs_list), inputs, receipt, model),
+            }
+        )
+    return results
+
+
+def confidence_of(receipt: dict) -> float | None:
+    """The receipt's `confidence` (the queue orders by it); the top probability for receipts without one."""
+    value = receipt.get("confidence")
+    if value is None:
+        probabilities = [c.get("probability") for c in receipt.get("candidates", []) if isinstance(c, dict)]
+        probabilities = [p for p in probabilities if isinstance(p, (int, float))]
+        value = max(probabilities) if probabilities else None
+    if value is None or not math.isfinite(float(value)):
+        return None
+    return min(1.0, max(0.0, float(value)))
+
+
+def summarize_trace(session, steps: list[dict], index: int, batch: int, inputs: Any, receipt: dict, model: dict):
+    """The JSON summary of one prediction's traced call.
+
+    `{"version", "model", "batch": {"size", "index"}, "operations": [{"name", "type", "kind", "status",
+    "inputs": [value...], "outputs": [value...]}], "truncated"}`: the traced top-level call (shown with
+    this item's inputs and receipt) followed by the tool's submodule calls in execution order (with shapes
+    for the whole batch). A value is `{"type": "tensor", "shape", "dtype"}`, or `{"type", "preview"}`.
+    """
+    operations = []
+    for call in session.calls:
+        operations.append(
+            {
+                "name": call.name,
+                "type": type(call.op).__name__,
+                "kind": call.kind,
+                "status": call.status,
+                "error": call.error,
+                "inputs": [describe_value(inputs)],
+                "outputs": [describe_value(receipt)],
+                "depends_on": list(call.dependencies),
+            }
+        )
+    operations.extend(steps[:MAX_STEPS])
+    return {
+        "version": TRACE_VERSION,
+        "model": model,
+        "batch": {"size": batch, "index": index},
+        "operations": operations,
+        "truncated": len(steps) > MAX_STEPS,
+    }
+
+
+def describe_value(value: Any) -> dict:
+    """A small JSON description of a value: tensors by shape and dtype, other values by a short preview."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):
+        return {"type": "tensor", "shape": list(shape), "dtype": str(value.dtype).replace("torch.", "")}
+    if isinstance(value, str):
+        return {"type": "text", "preview": _clip(value), "length": len(value)}
+    if isinstance(value, (bool, int, float)) or value is None:
+        return {"type": type(value).__name__, "preview": _clip(json.dumps(value))}
+    if isinstance(value, (list, tuple)):
+        if value and all(getattr(v, "shape", None) is not None for v in value):
+            return {"type": "list", "length": len(value), "items": [describe_value(v) for v in value[:8]]}
+        return {"type": "list", "length": len(value), "preview": _clip(_json_preview(value))}
+    if isinstance(value, dict):
+        return {"type": "object", "keys": [str(k) for k in list(value)[:20]], "preview": _clip(_json_preview(value))}
+    return {"type": type(value).__name__, "preview": _clip(repr(value))}
+
+
+def _json_preview(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, default=lambda v: f"<{type(v).__name__}>")
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_PREVIEW else text[: MAX_PREVIEW - 1] + "…"
+
+
+@contextlib.contextmanager
+def _module_steps(tool) -> Iterator[list[dict]]:
+    """Record each submodule call of `tool` (name, type, input and output shapes) while the block runs."""
+    steps: list[dict] = []
+    handles = []
+
+    def hook_for(name: str):
+        def hook(module, args, output):
+            if len(steps) <= MAX_STEPS:
+                steps.append(
+                    {
+                        "name": name,
+                        "type": type(module).__name__,
+                        "kind": "module",
+                        "status": "ok",
+                        "inputs": [describe_value(a) for a in args[:4]],
+                        "outputs": [describe_value(o) for o in (output if isinstance(output, tuple) else (output,))][
+                            :4
+                        ],
+                    }
+                )
+
+        return hook
+
+    try:
+        for name, module in tool.named_modules():
+            if name:  # the tool itself is the traced top-level call
+                handles.append(module.register_forward_hook(hook_for(name)))
+        yield steps
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _predict(tool, mode: str, inputs_list: list) -> list[dict]:
+    if _REGISTRY:
+        return list(_tools.predict(tool, mode, inputs_list))
+    return _fallback_predict(tool, mode, inputs_list)
+
+
+# -- experience files ------------------------------------------------------------------------------------------
+def trainer_for(version):
+    """`Trainer.from_tool` on the version's tool (a private copy: the trainer switches it to training mode)."""
+    from tensorcode import training
+
+    materialize(version)
+    tool = _tools.load_pretrained(str(version.path), device="cpu") if _REGISTRY else _fallback_load(version.path)
+    return training.Trainer.from_tool(tool)
+
+
+def capture_experience(trainer, mode: str, inputs_list: list, targets: list, sources: list[str], path: Path) -> None:
+    """Capture one minibatch (one source per example) with the trainer and save it as an experience file."""
+    envelope = {"mode": _library_mode(trainer.tool, mode), "inputs": list(inputs_list)}
+    session = trainer.capture(envelope, list(targets), source=list(sources))
+    session.save(str(path), operations=trainer.operations, release=True)
+
+
+def load_experience(trainer, path: Path):
+    """Load an experience file with the library's safe loader, bound to the trainer's operations."""
+    from tensorcode import training
+
+    return training.load_experience(str(path), operations=trainer.operations)
+
+
+def check_experience_file(version, path: Path) -> dict:
+    """Load an uploaded experience file against the version's tool; `ValueError` with the reason if refused.
+
+    Returns `{"calls", "supervisions", "sources"}`. A file whose calls do not bind to the tool's training
+    operations (other names, another configuration fingerprint), malformed JSON, unsupported payloads or no
+    supervision at all are refused.
+    """
+    from tensorcode import ExperienceError, TraceError
+
+    trainer = trainer_for(version)
+    try:
+        session = load_experience(trainer, path)
+    except (ExperienceError, TraceError, ValueError, TypeError, OSError, RecursionError) as exc:
+        raise ValueError(f"refused: {exc}") from exc
+    if not session.supervisions:
+        raise ValueError("refused: the file has no supervision records, so there is nothing to train on")
+    known = set(trainer_losses(trainer))
+    for record in session.supervisions:
+        if record.loss not in known:
+            raise ValueError(f"refused: loss {record.loss!r} is not one of the tool's losses {sorted(known)}")
+    sources = []
+    for record in session.supervisions:
+        sources.extend(record.source if isinstance(record.source, tuple) else [record.source])
+    return {"calls": len(session.calls), "supervisions": len(session.supervisions), "sources": sources[:1000]}
+
+
+def trainer_losses(trainer) -> list[str]:
+    return list(trainer._losses) if hasattr(trainer, "_losses") else list(trainer.tool.training_losses())
+
+
+def _library_mode(tool, mode: str) -> str:
+    # The contract's mode names; the tool classes predating the registry call Planner's "outcomes" "outcome".
+    if not _REGISTRY and mode == "outcomes":
+        return "outcome"
+    return mode
+
+
+# -- fallback until tensorcode.tools has the registry (lib-contract); imports torch ---------------------------
+def _fallback_class(tool: str):
+    import importlib
+
+    check_tool_mode(tool, TOOL_MODES[tool][0])
+    module = importlib.import_module(f"tensorcode.tools.{tool}")
+    return getattr(module, tool.capitalize())
+
+
+def _fallback_create(tool: str, mode: str, configuration: dict):
+    configuration = dict(configuration)
+    if tool == "scene":
+        configuration.setdefault("mode", mode)
+    return _fallback_class(tool)(**configuration)
+
+
+def _fallback_load(path):
+    name = json.loads((Path(path) / "tool.json").read_text())["class"].rsplit(".", 1)[-1].lower()
+    return _fallback_class(name).from_pretrained(path, device="cpu")
+
+
+@functools.lru_cache(maxsize=8)
+def _fallback_instance(tool: str, mode: str, configuration_json: str):
+    return _fallback_create(tool, mode, json.loads(configuration_json))
+
+
+def _fallback_predict(tool, mode: str, inputs_list: list) -> list[dict]:
+    if type(tool).__name__ == "Chatbot":
+        return [tool.respond(text) for text in inputs_list]
+    if type(tool).__name__ == "Scene":
+        return list(tool(inputs_list))
+    return list(tool({"mode": _library_mode(tool, mode) if mode != "outcomes" else "outcome", "inputs": inputs_list}))
+
+
+def _fallback_validate_inputs(tool: str, mode: str, inputs: Any, configuration: dict) -> Any:
+    import torch
+
+    instance = _fallback_instance(tool, mode, json.dumps(configuration, sort_keys=True))
+    with torch.no_grad():
+        _fallback_predict(instance, mode, [inputs])
+    return to_json(inputs)
+
+
+def _fallback_validate_target(tool: str, mode: str, inputs: Any, target: Any, configuration: dict) -> Any:
+    instance = _fallback_instance(tool, mode, json.dumps(configuration, sort_keys=True))
+    name = "outcome" if mode == "outcomes" else mode
+    envelope = inputs if tool == "scene" else {"mode": name, "inputs": [inputs]}
+    instance.prepare_capture(envelope if tool != "scene" else [inputs], [target])
+    return to_json(target)

@@ -1,0 +1,268 @@
+"""The review queue: claims with leases, submissions validated like the trainer, skips, going back, undo.
+
+Every change to an item's claims and answers happens while its row is locked (`select_for_update`), so an item
+is never held by more reviewers than the project's overlap, and a reviewer never gets the same item twice.
+Claims (`Claim` rows) are the truth; `Item.claimed_by`/`claim_expires_at` mirror the latest one for display.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from annotate import tooling
+from annotate.models import (
+    FINAL_KINDS,
+    Answer,
+    AnswerKind,
+    AnswerRevision,
+    Claim,
+    Item,
+    ItemStatus,
+    Project,
+)
+
+_MAX_ATTEMPTS = 20  # candidates tried per claim when others take them concurrently
+
+LEASE_LOST = (
+    "Your claim on this item expired or another reviewer took it, so your answer was not submitted. "
+    "It is kept as a draft: claim the item again to submit it."
+)
+
+
+class InvalidTarget(ValueError):
+    """The target would be rejected by the tool's trainer; the message is the trainer's."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a submit or skip did: `status` is "submitted" | "unchanged" | "edited" | "draft"."""
+
+    answer: Answer
+    status: str
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "draft"
+
+
+def claim_next(project: Project, user, *, now=None) -> Item | None:
+    """Claim the next item for `user`: least confident prediction first, then oldest; None when none is left.
+
+    A reviewer who already holds an active claim in the project gets that item back (with a renewed lease).
+    """
+    _require_member(project, user)
+    now = now or timezone.now()
+    expires = now + timedelta(seconds=project.lease_seconds)
+    with transaction.atomic():
+        held = (
+            Claim.objects.filter(
+                reviewer=user, item__project=project, item__status=ItemStatus.READY, expires_at__gt=now
+            )
+            .exclude(Exists(_final_answers(user, item=OuterRef("item"))))
+            .order_by("created_at")
+            .values_list("item_id", flat=True)
+            .first()
+        )
+        if held is not None:
+            item = Item.objects.select_for_update().get(pk=held)
+            return _claim(item, user, expires)
+        rejected: list[int] = []
+        for _ in range(_MAX_ATTEMPTS):
+            item = _candidates(project, user, now).exclude(pk__in=rejected).first()
+            if item is None:
+                return None
+            # The filter ran before the lock; count again now that no one else can change this item.
+            if _free_slots(item, user, project, now) > 0:
+                return _claim(item, user, expires)
+            rejected.append(item.pk)
+    return None
+
+
+def release(item: Item, user) -> None:
+    """Give up `user`'s claim on `item` (it returns to the queue at once)."""
+    with transaction.atomic():
+        item = Item.objects.select_for_update().get(pk=item.pk)
+        Claim.objects.filter(item=item, reviewer=user).delete()
+        _unmirror(item, user)
+
+
+def submit(item: Item, user, target, *, now=None) -> Outcome:
+    """Store `target` as `user`'s answer to `item`, validated exactly as the tool's trainer validates it.
+
+    Idempotent: submitting the same target again changes nothing. Changing a submitted answer is an edit (a new
+    revision). Without an active claim (expired, or taken by someone else) the target is kept as a draft and
+    the outcome says so. Raises `InvalidTarget` (nothing stored) when training would reject the target.
+    """
+    project = item.project
+    _require_member(project, user)
+    try:
+        normalized = tooling.validate_target(project.tool, project.mode, item.inputs, target, project.configuration)
+        normalized = tooling.to_json(normalized)
+    except ValueError as exc:
+        raise InvalidTarget(str(exc)) from exc
+    return _finish(item, user, AnswerKind.TARGET, normalized, "", now or timezone.now())
+
+
+def skip(item: Item, user, reason: str, *, now=None) -> Outcome:
+    """Skip `item` with a reason (required); a skip is a final answer, so the item is not offered again."""
+    project = item.project
+    _require_member(project, user)
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValueError("skip_reason: say why the item is skipped")
+    return _finish(item, user, AnswerKind.SKIP, None, reason[:500], now or timezone.now())
+
+
+def save_draft(item: Item, user, target) -> Answer:
+    """Keep unfinished work as `user`'s draft on `item` (never replaces a final answer)."""
+    _require_member(item.project, user)
+    with transaction.atomic():
+        item = Item.objects.select_for_update().get(pk=item.pk)
+        answer = Answer.objects.filter(item=item, reviewer=user).first()
+        if answer is not None and answer.is_final:
+            return answer
+        return _write(answer, item, user, AnswerKind.DRAFT, tooling.to_json(target), "", "draft saved")
+
+
+def previous(project: Project, user, before: Item | None = None) -> Item | None:
+    """The item `user` answered last in `project` (before `before`'s answer when given), to look at or edit."""
+    answers = Answer.objects.filter(item__project=project, reviewer=user, kind__in=FINAL_KINDS)
+    if before is not None:
+        mine = answers.filter(item=before).first()
+        if mine is not None:
+            answers = answers.filter(Q(updated_at__lt=mine.updated_at) | Q(updated_at=mine.updated_at, id__lt=mine.id))
+    answer = answers.order_by("-updated_at", "-id").select_related("item").first()
+    return answer.item if answer else None
+
+
+def undo_last(project: Project, user, *, now=None) -> Answer | None:
+    """Undo `user`'s most recent final answer in `project`: it becomes a draft and the item returns to them.
+
+    Nothing is deleted: the undone answer keeps its target (now a draft) and a revision records the undo.
+    The reviewer gets a fresh claim on the item when the overlap allows it. None when there is nothing to undo.
+    """
+    _require_member(project, user)
+    now = now or timezone.now()
+    latest = (
+        Answer.objects.filter(item__project=project, reviewer=user, kind__in=FINAL_KINDS)
+        .order_by("-updated_at", "-id")
+        .values_list("pk", "item_id")
+        .first()
+    )
+    if latest is None:
+        return None
+    with transaction.atomic():
+        item = Item.objects.select_for_update().get(pk=latest[1])
+        answer = Answer.objects.select_for_update().get(pk=latest[0])
+        if not answer.is_final:
+            return answer
+        answer = _write(answer, item, user, AnswerKind.DRAFT, answer.target, answer.skip_reason, "undone")
+        item.final_answers = max(0, item.final_answers - 1)
+        item.status = ItemStatus.READY if item.prediction_id else ItemStatus.PENDING
+        item.save(update_fields=["final_answers", "status"])
+        if item.status == ItemStatus.READY and _free_slots(item, user, project, now) > 0:
+            _claim(item, user, now + timedelta(seconds=project.lease_seconds))
+        return answer
+
+
+def holds_claim(item: Item, user, *, now=None) -> bool:
+    """Whether `user` holds an active claim on `item`."""
+    return Claim.objects.filter(item=item, reviewer=user, expires_at__gt=now or timezone.now()).exists()
+
+
+# -- internals -------------------------------------------------------------------------------------------------
+def _require_member(project: Project, user) -> None:
+    if not project.is_member(user):
+        raise PermissionDenied(f"{user} is not a member of project {project.slug!r}")
+
+
+def _final_answers(user, **where):
+    return Answer.objects.filter(reviewer=user, kind__in=FINAL_KINDS, **where)
+
+
+def _candidates(project: Project, user, now):
+    items = Item.objects.filter(project=project, status=ItemStatus.READY).exclude(
+        Exists(_final_answers(user, item=OuterRef("pk")))
+    )
+    active = Claim.objects.filter(item=OuterRef("pk"), expires_at__gt=now)
+    if project.overlap == 1:
+        items = items.exclude(Exists(active))
+    else:
+        count = active.order_by().values("item").annotate(n=Count("id")).values("n")
+        items = items.annotate(active_claims=Coalesce(Subquery(count, output_field=IntegerField()), Value(0)))
+        items = items.filter(active_claims__lt=project.overlap - F("final_answers"))
+    return items.in_queue_order().select_for_update(skip_locked=True, of=("self",))
+
+
+def _free_slots(item: Item, user, project: Project, now) -> int:
+    if Answer.objects.filter(item=item, reviewer=user, kind__in=FINAL_KINDS).exists():
+        return 0
+    others = Claim.objects.filter(item=item, expires_at__gt=now).exclude(reviewer=user).count()
+    return project.overlap - item.final_answers - others
+
+
+def _claim(item: Item, user, expires) -> Item:
+    Claim.objects.update_or_create(item=item, reviewer=user, defaults={"expires_at": expires})
+    item.claimed_by = user
+    item.claim_expires_at = expires
+    item.save(update_fields=["claimed_by", "claim_expires_at"])
+    return item
+
+
+def _unmirror(item: Item, user) -> None:
+    if item.claimed_by_id == user.pk:
+        latest = Claim.objects.filter(item=item).order_by("-expires_at").first()
+        item.claimed_by_id = latest.reviewer_id if latest else None
+        item.claim_expires_at = latest.expires_at if latest else None
+        item.save(update_fields=["claimed_by", "claim_expires_at"])
+
+
+def _finish(item: Item, user, kind: str, target, reason: str, now) -> Outcome:
+    project = item.project
+    with transaction.atomic():
+        item = Item.objects.select_for_update().get(pk=item.pk)
+        answer = Answer.objects.filter(item=item, reviewer=user).first()
+        if answer is not None and answer.is_final:
+            if answer.kind == kind and answer.target == target and answer.skip_reason == reason:
+                return Outcome(answer, "unchanged", "Already submitted; nothing changed.")
+            answer = _write(answer, item, user, kind, target, reason, "edited")
+            _settle(item, project)
+            return Outcome(answer, "edited", "Your answer was updated; the earlier one is kept in its history.")
+        claim = Claim.objects.filter(item=item, reviewer=user, expires_at__gt=now).first()
+        if claim is None or item.status != ItemStatus.READY:
+            answer = _write(answer, item, user, AnswerKind.DRAFT, target, reason, "kept as draft: lease lost")
+            return Outcome(answer, "draft", LEASE_LOST)
+        answer = _write(answer, item, user, kind, target, reason, "skipped" if kind == AnswerKind.SKIP else "")
+        claim.delete()
+        item.final_answers += 1
+        _settle(item, project)
+        _unmirror(item, user)
+        return Outcome(answer, "submitted", "Skipped." if kind == AnswerKind.SKIP else "Submitted.")
+
+
+def _settle(item: Item, project: Project) -> None:
+    """Done once the overlap is reached: "done" if any reviewer gave a target, "skipped" if all skipped."""
+    if item.final_answers >= project.overlap:
+        targets = Answer.objects.filter(item=item, kind=AnswerKind.TARGET).exists()
+        item.status = ItemStatus.DONE if targets else ItemStatus.SKIPPED
+    item.save(update_fields=["final_answers", "status"])
+
+
+def _write(answer: Answer | None, item: Item, user, kind: str, target, reason: str, note: str) -> Answer:
+    now = timezone.now()
+    if answer is None:
+        answer = Answer(item=item, reviewer=user, source=item.project.source_for(item.pk, user), created_at=now)
+    answer.kind, answer.target, answer.skip_reason, answer.updated_at = kind, target, reason, now
+    answer.save()
+    AnswerRevision.objects.create(
+        answer=answer, kind=kind, target=target, skip_reason=reason, note=note, created_at=now
+    )
+    return answer

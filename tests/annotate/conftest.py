@@ -1,0 +1,90 @@
+"""Fixtures of the reviewer app: users with roles, a small Decision project, items ready for review."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from annotate.models import Item, ItemStatus, Membership, ModelVersion, Prediction, Project, Role
+
+# One valid input of the Decision tool (rank mode): the smallest project fixture.
+DECISION_INPUT = {
+    "question": "Why did the service stop?",
+    "evidence": [
+        {"source_id": "log", "text": "The database connection was refused at 09:14."},
+        {"source_id": "ticket", "text": "Users report timeouts since the morning."},
+    ],
+    "hypotheses": [
+        {"id": "db", "text": "The database was unreachable."},
+        {"id": "dns", "text": "A DNS record expired."},
+    ],
+}
+
+# The Redis database for this area's integration tests (CONTRACT.md: app-backend uses 11).
+REDIS_DB = int(os.environ.get("TC_TEST_REDIS_DB", "11"))
+REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
+
+
+def decision_input(n: int = 0) -> dict:
+    """A Decision input made distinct by `n` (so items are not all identical)."""
+    data = {**DECISION_INPUT, "question": f"Why did service {n} stop?"}
+    return data
+
+
+@pytest.fixture
+def reviewer(django_user_model):
+    return django_user_model.objects.create_user("rita", password="a-long-password")
+
+
+@pytest.fixture
+def second_reviewer(django_user_model):
+    return django_user_model.objects.create_user("sam", password="a-long-password")
+
+
+@pytest.fixture
+def project_admin(django_user_model):
+    return django_user_model.objects.create_user("ada", password="a-long-password")
+
+
+@pytest.fixture
+def outsider(django_user_model):
+    return django_user_model.objects.create_user("olga", password="a-long-password")
+
+
+@pytest.fixture
+def project(db, reviewer, second_reviewer, project_admin) -> Project:
+    """A Decision (rank) project with two reviewers, an admin and a fresh untrained model version."""
+    project = Project.objects.create(slug="outages", name="Outages", tool="decision", mode="rank",
+                                     configuration={"dim": 8, "buckets": 64}, guidelines="Pick the cause.")
+    Membership.objects.create(project=project, user=reviewer, role=Role.REVIEWER)
+    Membership.objects.create(project=project, user=second_reviewer, role=Role.REVIEWER)
+    Membership.objects.create(project=project, user=project_admin, role=Role.ADMIN)
+    version = ModelVersion.objects.allocate(project, label="untrained", trained=False)
+    project.current_version = version
+    project.save(update_fields=["current_version"])
+    return project
+
+
+@pytest.fixture
+def ready_items():
+    """`ready_items(project, confidences)`: items with a stored prediction, one per confidence, 1 s apart."""
+    return make_ready_items
+
+
+def make_ready_items(project: Project, confidences: list[float | None]) -> list[Item]:
+    start = timezone.now() - timedelta(hours=1)
+    items = []
+    for n, confidence in enumerate(confidences):
+        item = Item.objects.create(project=project, inputs=decision_input(n), status=ItemStatus.READY,
+                                   confidence=confidence, created_at=start + timedelta(seconds=n))
+        prediction = Prediction.objects.create(
+            item=item, model_version=project.current_version, confidence=confidence,
+            receipt={"kind": "ranking", "selected_id": "db", "confidence": confidence}, trace={},
+        )
+        item.prediction = prediction
+        item.save(update_fields=["prediction"])
+        items.append(item)
+    return items

@@ -1,0 +1,246 @@
+"""The review queue: leases, order, overlap, submissions validated like the trainer, skip, previous, undo."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.utils import timezone
+
+from annotate import queue
+from annotate.models import Answer, AnswerKind, AnswerRevision, Claim, ItemStatus
+
+pytestmark = pytest.mark.django_db
+
+
+def test_claim_orders_least_confident_first_then_oldest(ready_items, project, reviewer) -> None:
+    sure, unsure_old, unsure_new = ready_items(project, [0.9, 0.2, 0.2])
+
+    assert queue.claim_next(project, reviewer) == unsure_old
+    queue.submit(unsure_old, reviewer, "db")
+    assert queue.claim_next(project, reviewer) == unsure_new
+    queue.submit(unsure_new, reviewer, "db")
+    assert queue.claim_next(project, reviewer) == sure
+
+
+def test_claim_returns_the_held_item_instead_of_a_second_one(ready_items, project, reviewer) -> None:
+    ready_items(project, [0.1, 0.2])
+
+    first = queue.claim_next(project, reviewer)
+
+    assert queue.claim_next(project, reviewer) == first
+    assert Claim.objects.filter(reviewer=reviewer).count() == 1
+
+
+def test_an_item_is_never_held_by_two_reviewers(ready_items, project, reviewer, second_reviewer) -> None:
+    (only,) = ready_items(project, [0.5])
+
+    assert queue.claim_next(project, reviewer) == only
+    assert queue.claim_next(project, second_reviewer) is None
+
+
+def test_expired_lease_returns_item_to_the_queue(ready_items, project, reviewer, second_reviewer) -> None:
+    (only,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer, now=timezone.now() - timedelta(seconds=project.lease_seconds + 1))
+
+    assert queue.claim_next(project, second_reviewer) == only
+
+
+def test_pending_items_without_prediction_are_not_offered(ready_items, project, reviewer) -> None:
+    (item,) = ready_items(project, [0.5])
+    item.status = ItemStatus.PENDING
+    item.save()
+
+    assert queue.claim_next(project, reviewer) is None
+
+
+def test_outsider_cannot_claim(ready_items, project, outsider) -> None:
+    ready_items(project, [0.5])
+
+    with pytest.raises(PermissionDenied):
+        queue.claim_next(project, outsider)
+
+
+def test_submit_stores_target_with_provenance_and_finishes_item(ready_items, project, reviewer) -> None:
+    (item,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer)
+
+    outcome = queue.submit(item, reviewer, "db")
+
+    assert outcome.status == "submitted"
+    answer = Answer.objects.get()
+    assert (answer.kind, answer.target) == (AnswerKind.TARGET, "db")
+    assert answer.source == f"review:outages/{item.pk}/rita"
+    item.refresh_from_db()
+    assert (item.status, item.final_answers, item.claimed_by) == (ItemStatus.DONE, 1, None)
+    assert not Claim.objects.exists()
+
+
+def test_submit_rejects_target_the_trainer_would_reject(ready_items, project, reviewer) -> None:
+    (item,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer)
+
+    with pytest.raises(queue.InvalidTarget, match="unknown hypothesis id 'nope'"):
+        queue.submit(item, reviewer, "nope")
+
+    assert not Answer.objects.exists()
+    assert queue.holds_claim(item, reviewer)
+
+
+def test_submit_rejects_distribution_that_does_not_sum_to_one(ready_items, project, reviewer) -> None:
+    (item,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer)
+
+    with pytest.raises(queue.InvalidTarget):
+        queue.submit(item, reviewer, [0.7, 0.7])
+
+    assert not Answer.objects.exists()
+
+
+def test_double_submit_is_idempotent(ready_items, project, reviewer) -> None:
+    (item,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer)
+
+    first = queue.submit(item, reviewer, "db")
+    second = queue.submit(item, reviewer, "db")
+
+    assert (first.status, second.status) == ("submitted", "unchanged")
+    assert Answer.objects.count() == 1
+    assert AnswerRevision.objects.count() == 1
+    item.refresh_from_db()
+    assert item.final_answers == 1
+
+
+def test_changing_a_submitted_answer_keeps_every_revision(ready_items, project, reviewer) -> None:
+    (item,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer)
+    queue.submit(item, reviewer, "db")
+
+    outcome = queue.submit(item, reviewer, "dns")
+
+    assert outcome.status == "edited"
+    assert Answer.objects.get().target == "dns"
+    assert list(AnswerRevision.objects.values_list("target", flat=True)) == ["db", "dns"]
+    item.refresh_from_db()
+    assert item.final_answers == 1
+
+
+def test_submit_after_lease_expired_keeps_work_as_draft(ready_items, project, reviewer) -> None:
+    (item,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer, now=timezone.now() - timedelta(seconds=project.lease_seconds + 1))
+
+    outcome = queue.submit(item, reviewer, "db")
+
+    assert outcome.status == "draft"
+    assert "kept as a draft" in outcome.message
+    answer = Answer.objects.get()
+    assert (answer.kind, answer.target) == (AnswerKind.DRAFT, "db")
+    item.refresh_from_db()
+    assert (item.status, item.final_answers) == (ItemStatus.READY, 0)
+
+
+def test_submit_after_lease_was_taken_keeps_work_as_draft(ready_items, project, reviewer, second_reviewer) -> None:
+    (item,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer, now=timezone.now() - timedelta(seconds=project.lease_seconds + 1))
+    assert queue.claim_next(project, second_reviewer) == item
+
+    outcome = queue.submit(item, reviewer, "dns")
+
+    assert outcome.status == "draft"
+    assert queue.submit(item, second_reviewer, "db").status == "submitted"
+    assert {(a.reviewer.username, a.kind) for a in Answer.objects.all()} == {("rita", "draft"), ("sam", "target")}
+
+
+def test_reclaiming_after_a_lost_lease_submits_the_draft(ready_items, project, reviewer) -> None:
+    (item,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer, now=timezone.now() - timedelta(seconds=project.lease_seconds + 1))
+    queue.submit(item, reviewer, "db")
+
+    assert queue.claim_next(project, reviewer) == item
+    assert queue.submit(item, reviewer, "db").status == "submitted"
+    assert Answer.objects.get().kind == AnswerKind.TARGET
+
+
+def test_skip_needs_a_reason_and_takes_the_item_out_of_the_queue(
+    ready_items, project, reviewer, second_reviewer
+) -> None:
+    (item,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer)
+
+    with pytest.raises(ValueError, match="skip_reason"):
+        queue.skip(item, reviewer, "  ")
+    outcome = queue.skip(item, reviewer, "inputs are garbled")
+
+    assert outcome.status == "submitted"
+    item.refresh_from_db()
+    assert item.status == ItemStatus.SKIPPED
+    assert Answer.objects.get().skip_reason == "inputs are garbled"
+    assert queue.claim_next(project, second_reviewer) is None
+
+
+def test_previous_walks_back_through_answered_items(ready_items, project, reviewer) -> None:
+    items = ready_items(project, [0.1, 0.2, 0.3])
+    for item in items:
+        assert queue.claim_next(project, reviewer) == item
+        queue.submit(item, reviewer, "db")
+
+    assert queue.previous(project, reviewer) == items[2]
+    assert queue.previous(project, reviewer, before=items[2]) == items[1]
+    assert queue.previous(project, reviewer, before=items[0]) is None
+
+
+def test_undo_turns_last_answer_into_draft_and_gives_item_back(ready_items, project, reviewer) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    queue.claim_next(project, reviewer)
+    queue.submit(first, reviewer, "db")
+
+    undone = queue.undo_last(project, reviewer)
+
+    assert undone.kind == AnswerKind.DRAFT and undone.target == "db"
+    first.refresh_from_db()
+    assert (first.status, first.final_answers) == (ItemStatus.READY, 0)
+    assert queue.claim_next(project, reviewer) == first
+    assert list(AnswerRevision.objects.values_list("note", flat=True)) == ["", "undone"]
+    assert queue.submit(first, reviewer, "dns").status == "submitted"
+
+
+def test_undo_with_nothing_submitted_returns_none(ready_items, project, reviewer) -> None:
+    assert queue.undo_last(project, reviewer) is None
+
+
+def test_overlap_two_gives_each_item_to_two_different_reviewers(ready_items, project, reviewer, second_reviewer,
+                                                                 project_admin) -> None:
+    project.overlap = 2
+    project.save()
+    first, second = ready_items(project, [0.1, 0.2])
+
+    assert queue.claim_next(project, reviewer) == first
+    assert queue.claim_next(project, second_reviewer) == first
+    assert queue.claim_next(project, project_admin) == second  # two claims on `first` already
+    queue.submit(first, reviewer, "db")
+    first.refresh_from_db()
+    assert first.status == ItemStatus.READY
+    assert queue.claim_next(project, reviewer) == second  # one claim (the admin's) on it so far
+    queue.submit(first, second_reviewer, "dns")
+    first.refresh_from_db()
+    assert (first.status, first.final_answers) == (ItemStatus.DONE, 2)
+
+
+def test_overlap_never_offers_a_reviewer_the_same_item_twice(ready_items, project, reviewer) -> None:
+    project.overlap = 2
+    project.save()
+    (item,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    queue.submit(item, reviewer, "db")
+
+    assert queue.claim_next(project, reviewer) is None
+
+
+def test_release_returns_item_at_once(ready_items, project, reviewer, second_reviewer) -> None:
+    (item,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer)
+
+    queue.release(item, reviewer)
+
+    assert queue.claim_next(project, second_reviewer) == item
