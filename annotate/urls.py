@@ -1,14 +1,40 @@
-"""Root URLs: the reviewer pages, sign-in and the admin."""
+"""Root URLs: the reviewer pages, the JSON API, training jobs, sign-in and the admin."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path
 
-from annotate import views
+from annotate.views import pages, projects, review, transfer
+
+project = "projects/<slug:slug>/"
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", pages.home, name="home"),
+    path("projects/new/", projects.project_create, name="project_create"),
+    path(project, pages.project_detail, name="project_detail"),
+    path(project + "settings/", projects.project_settings, name="project_settings"),
+    path(project + "members/", projects.member_add, name="member_add"),
+    path(project + "members/<int:pk>/remove/", projects.member_remove, name="member_remove"),
+    path(project + "version/", projects.version_select, name="version_select"),
+    path(project + "import/", transfer.project_import, name="project_import"),
+    path(project + "exports/", transfer.export_create, name="export_create"),
+    path(project + "exports/<int:pk>/status/", transfer.export_status, name="export_status"),
+    path(project + "exports/<int:pk>/download/", transfer.export_download, name="export_download"),
+    path(project + "review/next/", review.review_next, name="review_next"),
+    path(project + "review/undo/", review.review_undo, name="review_undo"),
+    path(project + "items/<int:pk>/", review.item_detail, name="item_detail"),
+    path(project + "items/<int:pk>/submit/", review.item_submit, name="item_submit"),
+    path(project + "items/<int:pk>/skip/", review.item_skip, name="item_skip"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
 ]
+
+# The JSON API (annotate.api_urls) and training jobs (trainingjobs.urls) are mounted when their modules exist,
+# so each area can land on its own.
+for prefix, module in (("api/", "annotate.api_urls"), ("jobs/", "trainingjobs.urls")):
+    try:
+        urlpatterns.append(path(prefix, include(module)))
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise

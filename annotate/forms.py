@@ -1,0 +1,229 @@
+"""Forms of the reviewer pages, and the one function that turns a target editor's POST into a target.
+
+A target is checked twice: here for its form (a number is a number, a choice is one of the offered ids), and
+by the tool's own validator in `annotate.queue` (exactly as its trainer checks it) before anything is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from django import forms
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+
+from annotate import tooling
+from annotate.models import ExportFormat, Project, Role
+from annotate.views import display
+
+MAX_IMPORT_BYTES = 20 * 1024 * 1024
+
+
+def tool_mode_choices() -> list[tuple[str, str]]:
+    return [
+        (f"{tool}/{mode}", f"{tool.capitalize()} · {mode}")
+        for tool, modes in tooling.TOOL_MODES.items()
+        for mode in modes
+    ]
+
+
+class ProjectForm(forms.ModelForm):
+    """Create or configure a project: its tool kind and mode, configuration, guidelines and queue policy."""
+
+    kind = forms.ChoiceField(label="Tool and mode", choices=tool_mode_choices)
+    configuration = forms.CharField(
+        label="Tool configuration (JSON)",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text='Fields of the tool\'s configuration, for example {"dim": 32, "seed": 0}. Empty: defaults.',
+    )
+
+    class Meta:
+        model = Project
+        fields = ["name", "slug", "guidelines", "overlap", "lease_seconds"]
+        widgets = {"guidelines": forms.Textarea(attrs={"rows": 6})}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        kind = self.fields["kind"]
+        kind.choices = tool_mode_choices()
+        if self.instance.pk:
+            # The tool and mode bind the items already imported; they are fixed once the project exists.
+            kind.disabled = True
+            kind.initial = f"{self.instance.tool}/{self.instance.mode}"
+            self.fields["slug"].disabled = True
+            self.initial["configuration"] = json.dumps(self.instance.configuration or {}, indent=1)
+        kind.widget.attrs["aria-describedby"] = "kind-help"
+
+    def clean_configuration(self) -> dict:
+        text = (self.cleaned_data.get("configuration") or "").strip()
+        if not text:
+            return {}
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValidationError(f"Not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from exc
+        if not isinstance(value, dict):
+            raise ValidationError("The configuration is a JSON object, like {\"dim\": 32}.")
+        return value
+
+    def clean(self) -> dict:
+        data = super().clean()
+        tool, _, mode = (data.get("kind") or "").partition("/")
+        if self.instance.pk:
+            tool, mode = self.instance.tool, self.instance.mode
+        if tool and "configuration" in data:
+            try:
+                tooling.check_configuration(tool, mode, data["configuration"])
+            except (ValueError, TypeError) as exc:
+                self.add_error("configuration", str(exc))
+        data["tool"], data["mode"] = tool, mode
+        return data
+
+    def save(self, commit: bool = True) -> Project:
+        project = super().save(commit=False)
+        project.tool = self.cleaned_data["tool"]
+        project.mode = self.cleaned_data["mode"]
+        project.configuration = self.cleaned_data.get("configuration") or {}
+        if commit:
+            project.save()
+        return project
+
+
+class MemberForm(forms.Form):
+    username = forms.CharField(label="Username", max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.REVIEWER)
+
+    def clean_username(self):
+        name = self.cleaned_data["username"].strip()
+        user = get_user_model().objects.filter(username=name, is_active=True).first()
+        if user is None:
+            raise ValidationError(f"No active user named {name!r}.")
+        return user
+
+
+class VersionForm(forms.Form):
+    version = forms.ModelChoiceField(queryset=None, label="Model version that predicts", empty_label=None)
+
+    def __init__(self, *args, project: Project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["version"].queryset = project.versions.all()
+        if project.current_version_id:
+            self.initial.setdefault("version", project.current_version_id)
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField(
+        label="JSONL file of tool inputs",
+        help_text="One JSON object per line: the inputs of one item.",
+        widget=forms.ClearableFileInput(attrs={"accept": ".jsonl,.json,.txt,application/json"}),
+    )
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > MAX_IMPORT_BYTES:
+            raise ValidationError(
+                f"The file is {upload.size / 1e6:.1f} MB; uploads are limited to {MAX_IMPORT_BYTES // 10**6} MB. "
+                "Split it, or use `manage.py import_items` or the JSON API."
+            )
+        return upload
+
+
+class ExportForm(forms.Form):
+    format = forms.ChoiceField(choices=ExportFormat.choices, initial=ExportFormat.EXPERIENCE)
+    minibatch_size = forms.IntegerField(min_value=1, max_value=10_000, initial=32, label="Minibatch size")
+    reviewer = forms.ModelChoiceField(queryset=None, required=False, empty_label="Every reviewer")
+    since = forms.DateField(
+        required=False, label="Answered on or after", widget=forms.DateInput(attrs={"type": "date"})
+    )
+
+    def __init__(self, *args, project: Project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["reviewer"].queryset = get_user_model().objects.filter(
+            answers__item__project=project
+        ).distinct().order_by("username")
+
+    def filters(self) -> dict:
+        data = self.cleaned_data
+        found: dict[str, Any] = {}
+        if data.get("reviewer"):
+            found["reviewer"] = data["reviewer"].get_username()
+        if data.get("since"):
+            found["since"] = data["since"].isoformat()
+        return found
+
+
+class SkipForm(forms.Form):
+    reason = forms.CharField(max_length=500, strip=True, error_messages={"required": "Give a reason to skip."})
+
+
+def parse_target(mode: str, data, inputs: Any, receipt: dict | None) -> Any:
+    """The target a target editor's POST describes, in the spec's form; `ValidationError` says what is missing."""
+    editor = display.editor_name(mode)
+    if editor == "choice":
+        options = display.choices(inputs, receipt)
+        if data.get("split"):
+            shares = [_number(data.get(f"share-{i}"), f"share of {o['text'] or o['id']}", default=0.0)
+                      for i, o in enumerate(options)]
+            if any(s < 0 for s in shares):
+                raise ValidationError("Shares cannot be negative.")
+            total = sum(shares)
+            if total <= 0:
+                raise ValidationError("Give at least one candidate a positive share.")
+            return [s / total for s in shares]
+        choice = data.get("choice")
+        if not choice:
+            raise ValidationError("Choose a candidate (keys 1-9), or split between candidates.")
+        if choice not in {o["id"] for o in options}:
+            raise ValidationError(f"{choice!r} is not one of this item's candidates.")
+        return choice
+    if editor == "nli":
+        label = data.get("label")
+        if label not in {name for name, _ in display.NLI_LABELS}:
+            raise ValidationError("Choose entailment (e), neutral (n) or contradiction (c).")
+        return label
+    if editor == "relevance":
+        queries = len(inputs.get("queries") or []) if isinstance(inputs, dict) else 0
+        documents = len(inputs.get("documents") or []) if isinstance(inputs, dict) else 0
+        mask = [[False] * documents for _ in range(queries)]
+        for value in data.getlist("relevant"):
+            q, _, d = str(value).partition(":")
+            if q.isdigit() and d.isdigit() and int(q) < queries and int(d) < documents:
+                mask[int(q)][int(d)] = True
+        missing = [str(q + 1) for q, row in enumerate(mask) if not any(row)]
+        if missing:
+            raise ValidationError(
+                f"Mark at least one relevant document for query {', '.join(missing)}: every query needs one."
+            )
+        return mask
+    if editor == "outcome":
+        options = display.choices(inputs, receipt)
+        if data.get("scope") == "all":
+            return [_number(data.get(f"outcome-{i}"), f"outcome of {o['text'] or o['id']}")
+                    for i, o in enumerate(options)]
+        plan = data.get("plan")
+        if not plan:
+            raise ValidationError("Choose the plan you observed (keys 1-9), or enter every plan's outcome (a).")
+        if plan not in {o["id"] for o in options}:
+            raise ValidationError(f"{plan!r} is not one of this item's plans.")
+        return {"candidate_id": plan, "outcome": _number(data.get("outcome"), "observed outcome")}
+    text = data.get("text")
+    if text is None:
+        raise ValidationError("Write the reviewed text.")
+    return text.replace("\r\n", "\n")
+
+
+def _number(value: Any, what: str, default: float | None = None) -> float:
+    if value in (None, ""):
+        if default is not None:
+            return default
+        raise ValidationError(f"Enter the {what}.")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"The {what} must be a number, got {value!r}.") from exc
+    if not math.isfinite(number):
+        raise ValidationError(f"The {what} must be a finite number.")
+    return number

@@ -1,0 +1,105 @@
+"""Creating and configuring projects (project admins): tool and mode, configuration, guidelines, members,
+and which model version predicts."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from annotate.forms import MemberForm, ProjectForm, VersionForm
+from annotate.models import Membership, ModelVersion, Role
+from annotate.views import access
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def project_create(request: HttpRequest) -> HttpResponse:
+    """A new project with a fresh, untrained model of the chosen tool, mode and configuration."""
+    if not access.can_create_projects(request.user):
+        raise PermissionDenied("Only staff and project admins create projects.")
+    form = ProjectForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            project = form.save(commit=False)
+            project.created_by = request.user
+            project.save()
+            Membership.objects.create(project=project, user=request.user, role=Role.ADMIN)
+            version = ModelVersion.objects.allocate(project, label="untrained", trained=False)
+            project.current_version = version
+            project.save(update_fields=["current_version"])
+        messages.success(request, f"Project {project.name} created with a fresh, untrained {project.tool} model.")
+        return redirect("project_detail", slug=project.slug)
+    return render(request, "annotate/project_form.html", {"form": form, "creating": True})
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
+    """Guidelines, configuration and queue policy; the members; the model version that predicts."""
+    project = access.admin_project(request, slug)
+    form = ProjectForm(request.POST or None, instance=project)
+    if request.method == "POST" and form.is_valid():
+        form.save()
+        messages.success(request, "Project settings saved.")
+        return redirect("project_settings", slug=project.slug)
+    return render(request, "annotate/project_form.html", _settings_context(project, form=form))
+
+
+@require_POST
+@login_required
+def member_add(request: HttpRequest, slug: str) -> HttpResponse:
+    """Add a member, or change an existing member's role."""
+    project = access.admin_project(request, slug)
+    form = MemberForm(request.POST)
+    if not form.is_valid():
+        return render(request, "annotate/project_form.html",
+                      _settings_context(project, member_form=form), status=400)
+    user = form.cleaned_data["username"]
+    Membership.objects.update_or_create(project=project, user=user, defaults={"role": form.cleaned_data["role"]})
+    messages.success(request, f"{user.get_username()} is now a {form.cleaned_data['role']} of {project.name}.")
+    return redirect("project_settings", slug=project.slug)
+
+
+@require_POST
+@login_required
+def member_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    project = access.admin_project(request, slug)
+    membership = get_object_or_404(Membership, pk=pk, project=project)
+    if membership.user_id == request.user.pk and membership.role == Role.ADMIN:
+        messages.error(request, "You cannot remove yourself as admin; ask another admin.")
+    else:
+        name = membership.user.get_username()
+        membership.delete()
+        messages.success(request, f"{name} was removed from {project.name}.")
+    return redirect("project_settings", slug=project.slug)
+
+
+@require_POST
+@login_required
+def version_select(request: HttpRequest, slug: str) -> HttpResponse:
+    """Make one of the project's model versions the one that predicts new items."""
+    project = access.admin_project(request, slug)
+    form = VersionForm(request.POST, project=project)
+    if not form.is_valid():
+        return render(request, "annotate/project_form.html",
+                      _settings_context(project, version_form=form), status=400)
+    project.current_version = form.cleaned_data["version"]
+    project.save(update_fields=["current_version"])
+    messages.success(request, f"New predictions now come from {project.current_version}.")
+    return redirect("project_settings", slug=project.slug)
+
+
+def _settings_context(project, *, form=None, member_form=None, version_form=None) -> dict:
+    return {
+        "project": project,
+        "form": form or ProjectForm(instance=project),
+        "member_form": member_form or MemberForm(),
+        "version_form": version_form or VersionForm(project=project),
+        "members": project.memberships.select_related("user").order_by("role", "user__username"),
+        "creating": False,
+    }

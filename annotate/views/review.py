@@ -1,0 +1,191 @@
+"""The reviewer's workspace: claim the next item, answer it, skip it, go back, undo.
+
+Every action answers an htmx request with the workspace fragment of the item to show next (and `HX-Push-Url`
+so the address bar and Back follow), and a plain request with a redirect to that item's page, so the loop works
+without JavaScript too. An invalid target is answered in place (`HX-Retarget` to the editor's error slot) so
+nothing the reviewer typed is lost.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from annotate import queue
+from annotate.forms import SkipForm, parse_target
+from annotate.models import Answer, Claim, Item, ItemStatus, Project
+from annotate.views import access, display
+
+
+@require_POST
+@login_required
+@vary_on_headers("HX-Request")
+def review_next(request: HttpRequest, slug: str) -> HttpResponse:
+    """Claim the next item (least confident first) and show it; a held claim comes back first."""
+    project = access.member_project(request, slug)
+    return _show_next(request, project)
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def item_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """One item: inputs, prediction, trace, guidelines and (for its reviewer) the target editor."""
+    project = access.member_project(request, slug)
+    item = access.project_item(project, pk)
+    return _workspace(request, project, item)
+
+
+@require_POST
+@login_required
+@vary_on_headers("HX-Request")
+def item_submit(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Validate the editor's target like the trainer does and store it; then show the next item."""
+    project = access.member_project(request, slug)
+    item = access.project_item(project, pk)
+    receipt = item.prediction.receipt if item.prediction else None
+    try:
+        target = parse_target(project.mode, request.POST, item.inputs, receipt)
+        outcome = queue.submit(item, request.user, target)
+    except ValidationError as exc:
+        return _invalid(request, project, item, " ".join(exc.messages))
+    except queue.InvalidTarget as exc:
+        return _invalid(request, project, item, f"The tool would not train on this target: {exc}")
+    return _after_answer(request, project, item, outcome)
+
+
+@require_POST
+@login_required
+@vary_on_headers("HX-Request")
+def item_skip(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Skip the item with a reason; then show the next item."""
+    project = access.member_project(request, slug)
+    item = access.project_item(project, pk)
+    form = SkipForm(request.POST)
+    if not form.is_valid():
+        return _invalid(request, project, item, " ".join(form.errors.get("reason", ["Give a reason to skip."])))
+    outcome = queue.skip(item, request.user, form.cleaned_data["reason"])
+    return _after_answer(request, project, item, outcome)
+
+
+@require_POST
+@login_required
+@vary_on_headers("HX-Request")
+def review_undo(request: HttpRequest, slug: str) -> HttpResponse:
+    """Undo the reviewer's last submission: it becomes a draft and its item is shown to change it."""
+    project = access.member_project(request, slug)
+    answer = queue.undo_last(project, request.user)
+    if answer is None:
+        messages.info(request, "Nothing to undo.")
+        return _show_next(request, project)
+    item = access.project_item(project, answer.item_id)
+    notice = "Undone: your answer is back as a draft. Change it and submit, or skip."
+    if not queue.holds_claim(item, request.user):
+        notice = "Undone: your answer is kept as a draft, but the item is now with other reviewers."
+    return _navigate(request, project, item, notice=notice)
+
+
+# -- responses ---------------------------------------------------------------------------------------------------
+def _after_answer(request: HttpRequest, project: Project, item: Item, outcome: queue.Outcome) -> HttpResponse:
+    if outcome.status == "draft":
+        return _navigate(request, project, item, error=outcome.message)
+    messages.success(request, f"Item {item.pk}: {outcome.message}")
+    return _show_next(request, project)
+
+
+def _show_next(request: HttpRequest, project: Project) -> HttpResponse:
+    item = queue.claim_next(project, request.user)
+    if item is None:
+        return _queue_empty(request, project)
+    return _navigate(request, project, access.project_item(project, item.pk))
+
+
+def _navigate(request: HttpRequest, project: Project, item: Item, **extra) -> HttpResponse:
+    """Show `item`: the fragment for htmx (with the new address), a redirect to its page otherwise."""
+    url = reverse("item_detail", args=[project.slug, item.pk])
+    if request.htmx:
+        response = _workspace(request, project, item, **extra)
+        response["HX-Push-Url"] = url
+        return response
+    for level, text in (("error", extra.get("error")), ("warning", extra.get("notice"))):
+        if text:
+            getattr(messages, level)(request, text)
+    return redirect(url)
+
+
+def _invalid(request: HttpRequest, project: Project, item: Item, message: str) -> HttpResponse:
+    """Say what is wrong without touching the editor, so the reviewer's input stays as it is."""
+    if request.htmx:
+        response = render(request, "annotate/_editor_error.html", {"error": message})
+        response["HX-Retarget"] = "#editor-error"
+        response["HX-Reswap"] = "innerHTML"
+        return response
+    return _workspace(request, project, item, error=message, status=400)
+
+
+def _queue_empty(request: HttpRequest, project: Project) -> HttpResponse:
+    user = request.user
+    context = {
+        "project": project,
+        "oob": bool(request.htmx),
+        "waiting": Item.objects.filter(project=project, status=ItemStatus.PENDING).count(),
+        "previous_url": _previous_url(project, user, None),
+    }
+    context["can_undo"] = context["previous_url"] is not None
+    template = "annotate/_queue_empty.html" if request.htmx else "annotate/queue_empty.html"
+    return render(request, template, context)
+
+
+def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str = "", notice: str = "",
+               status: int = 200) -> HttpResponse:
+    user = request.user
+    now = timezone.now()
+    answer = Answer.objects.filter(item=item, reviewer=user).first()
+    claim = Claim.objects.filter(item=item, reviewer=user, expires_at__gt=now).first()
+    prediction = item.prediction
+    receipt = prediction.receipt if prediction else None
+    draft = answer.target if answer is not None else None
+    previous_url = _previous_url(project, user, item)
+    can_edit = claim is not None or answer is not None
+    read_only_reason = ""
+    if not can_edit:
+        if item.status in (ItemStatus.DONE, ItemStatus.SKIPPED):
+            read_only_reason = "This item is finished."
+        elif item.status == ItemStatus.PENDING:
+            read_only_reason = "This item waits for the model's prediction."
+        else:
+            read_only_reason = "This item is not assigned to you: review the next item to label."
+    if answer is not None and answer.kind == "draft" and claim is None and not error:
+        notice = notice or "Your earlier work on this item is kept as a draft; your claim on it has ended."
+    context = {
+        "project": project,
+        "item": item,
+        "answer": answer,
+        "prediction": prediction,
+        "claim_expires_at": claim.expires_at if claim else None,
+        "inputs": display.inputs_view(item.inputs, receipt),
+        "receipt": display.receipt_view(receipt, item.inputs),
+        "trace": display.trace_view(prediction.trace) if prediction else None,
+        "editor": display.editor_view(project.mode, item.inputs, receipt, draft),
+        "can_edit": can_edit,
+        "read_only_reason": read_only_reason,
+        "previous_url": previous_url,
+        "can_undo": previous_url is not None or bool(answer and answer.is_final),
+        "error": error,
+        "notice": notice,
+        "oob": bool(request.htmx),
+    }
+    template = "annotate/_item.html" if request.htmx else "annotate/item.html"
+    return render(request, template, context, status=status)
+
+
+def _previous_url(project: Project, user, item: Item | None) -> str | None:
+    previous = queue.previous(project, user, before=item)
+    return reverse("item_detail", args=[project.slug, previous.pk]) if previous else None

@@ -1,0 +1,88 @@
+"""Import (a JSONL upload) and export (a Celery task with a progress bar and a download) for project admins."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from annotate.forms import ExportForm, ImportForm
+from annotate.models import Export
+from annotate.views import access
+
+# htmx stops polling when a response has this status (the export is final).
+STOP_POLLING = 286
+
+
+@require_POST
+@login_required
+def project_import(request: HttpRequest, slug: str) -> HttpResponse:
+    """Validate every line of an uploaded JSONL file; import all of it or nothing, then predict in the worker."""
+    project = access.admin_project(request, slug)
+    form = ImportForm(request.POST, request.FILES)
+    if not form.is_valid():
+        for error in form.errors.get("file", []):
+            messages.error(request, error)
+        return redirect("project_detail", slug=project.slug)
+    from annotate import imports
+
+    try:
+        result = imports.import_upload(project, form.cleaned_data["file"], user=request.user)
+    except imports.ImportRejected as exc:
+        messages.error(request, f"Nothing was imported. {exc}")
+        return redirect("project_detail", slug=project.slug)
+    messages.success(request, f"Imported {result.count} item{'s' if result.count != 1 else ''}; "
+                              "the model's predictions are on their way.")
+    return redirect("project_detail", slug=project.slug)
+
+
+@require_POST
+@login_required
+def export_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """Start an export of the project's answers (experience files or flat JSONL) as a Celery task."""
+    project = access.admin_project(request, slug)
+    form = ExportForm(request.POST, project=project)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            messages.error(request, f"{field}: {' '.join(errors)}")
+        return redirect("project_detail", slug=project.slug)
+    from annotate import export as exports
+
+    try:
+        export = exports.request_export(
+            project, request.user, format=form.cleaned_data["format"],
+            minibatch_size=form.cleaned_data["minibatch_size"], filters=form.filters(),
+        )
+    except ValueError as exc:
+        messages.error(request, str(exc))
+        return redirect("project_detail", slug=project.slug)
+    messages.success(request, f"Export {export.pk} started.")
+    return redirect("project_detail", slug=project.slug)
+
+
+@require_GET
+@login_required
+def export_status(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """The export's progress fragment; HTTP 286 once it is final, so the page stops polling."""
+    project = access.admin_project(request, slug)
+    export = get_object_or_404(Export, pk=pk, project=project)
+    response = render(request, "annotate/_export_status.html", {"export": export})
+    if export.is_final:
+        response.status_code = STOP_POLLING
+    return response
+
+
+@require_GET
+@login_required
+def export_download(request: HttpRequest, slug: str, pk: int) -> FileResponse:
+    """The finished export as one archive (experience files or JSONL, with its manifest)."""
+    project = access.admin_project(request, slug)
+    export = get_object_or_404(Export, pk=pk, project=project)
+    if not export.is_final or export.state != "SUCCEEDED":
+        raise Http404("This export has not finished.")
+    from annotate import export as exports
+
+    path = exports.download_path(export)
+    return FileResponse(path.open("rb"), as_attachment=True, filename=path.name)

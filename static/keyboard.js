@@ -1,0 +1,203 @@
+/* Keyboard shortcuts for the item workspace, the live diff of the text editor, and small toggles.
+ *
+ * The page declares its shortcuts in HTML: an element with data-shortcut="k" (several keys separated by
+ * spaces) is clicked (buttons, links, radios, checkboxes) or focused (text fields) when k is pressed outside a
+ * text field. Keys resolve inside the nearest [data-shortcut-scope] around the focused element first, so 1-9
+ * toggle the documents of the query being worked on. data-focus="#id" moves focus after the action; a
+ * shortcut inside a closed <details> opens it. Without this file the page still works: every shortcut is a
+ * real form control or link.
+ */
+(function () {
+  "use strict";
+
+  var TEXT_TYPES = /^(text|search|email|url|tel|number|password|date|time|datetime-local)$/;
+
+  function isTyping(el) {
+    if (!el || !el.tagName) return false;
+    if (el.isContentEditable || el.tagName === "TEXTAREA" || el.tagName === "SELECT") return true;
+    return el.tagName === "INPUT" && TEXT_TYPES.test(el.type || "text");
+  }
+
+  function workspace() {
+    return document.getElementById("workspace");
+  }
+
+  function submitForm(form) {
+    if (!form) return;
+    if (!checkRelevance(form)) return;
+    if (form.requestSubmit) form.requestSubmit();
+    else form.submit();
+  }
+
+  function find(root, key) {
+    var selector = '[data-shortcut~="' + (window.CSS && CSS.escape ? CSS.escape(key) : key) + '"]';
+    return root.querySelector(selector);
+  }
+
+  function activate(el) {
+    var details = el.closest("details");
+    if (details && !details.open) details.open = true;
+    if (isTyping(el)) {
+      el.focus();
+      if (el.select && el.tagName === "INPUT") el.select();
+    } else {
+      el.click();
+      el.focus();
+    }
+    if (el.dataset.check) {
+      var other = document.querySelector(el.dataset.check);
+      if (other) other.checked = true;
+    }
+    if (el.dataset.focus) {
+      var next = document.querySelector(el.dataset.focus);
+      if (next) next.focus();
+    }
+  }
+
+  document.addEventListener("keydown", function (event) {
+    var ws = workspace();
+    if (!ws || event.defaultPrevented || event.isComposing) return;
+    var target = event.target;
+
+    if (event.key === "Enter") {
+      if (event.altKey || event.shiftKey && target.tagName === "TEXTAREA") return;
+      if (target.tagName === "TEXTAREA") {
+        event.preventDefault();
+        submitForm(target.form);
+        return;
+      }
+      if (isTyping(target)) {
+        // A text field: the browser's implicit submission submits its own form (skip reason, an outcome).
+        if (target.form && !checkRelevance(target.form)) event.preventDefault();
+        return;
+      }
+      if (/^(BUTTON|A|SUMMARY)$/.test(target.tagName)) return;
+      event.preventDefault();
+      submitForm((target.form && ws.contains(target.form) && target.form) || ws.querySelector("[data-target-form]"));
+      return;
+    }
+    if (event.key === "Escape" && isTyping(target)) {
+      target.blur();
+      return;
+    }
+    if (event.ctrlKey || event.metaKey || event.altKey || isTyping(target)) return;
+
+    var scope = (target.closest && target.closest("[data-shortcut-scope]")) || ws;
+    var el = find(scope, event.key) || (scope !== ws && find(ws, event.key));
+    if (!el) return;
+    event.preventDefault();
+    activate(el);
+  });
+
+  // Relevance: every query needs at least one relevant document; say which one before the server does.
+  function checkRelevance(form) {
+    var ok = true;
+    form.querySelectorAll("[data-needs-one]").forEach(function (fieldset) {
+      var missing = !fieldset.querySelector("input:checked");
+      fieldset.classList.toggle("is-missing", missing);
+      var note = fieldset.querySelector(".needs-one-message");
+      if (note) note.hidden = !missing;
+      if (missing && ok) {
+        ok = false;
+        var first = fieldset.querySelector("input");
+        if (first) first.focus();
+      }
+    });
+    return ok;
+  }
+  document.addEventListener("submit", function (event) {
+    if (!checkRelevance(event.target)) event.preventDefault();
+  }, true);
+  document.addEventListener("htmx:confirm", function (event) {
+    var form = event.detail.elt;
+    if (form && form.tagName === "FORM" && !checkRelevance(form)) event.preventDefault();
+  });
+
+  // The live diff of reviewed text against the model's output, word by word.
+  function tokens(text) {
+    return text.match(/\s+|[\p{L}\p{N}_]+|[^\s\p{L}\p{N}_]/gu) || [];
+  }
+  function diff(a, b) {
+    var n = a.length, m = b.length, i, j;
+    var table = [];
+    for (i = 0; i <= n; i++) table.push(new Uint16Array(m + 1));
+    for (i = n - 1; i >= 0; i--)
+      for (j = m - 1; j >= 0; j--)
+        table[i][j] = a[i] === b[j] ? table[i + 1][j + 1] + 1 : Math.max(table[i + 1][j], table[i][j + 1]);
+    var out = [];
+    function push(op, text) {
+      var last = out[out.length - 1];
+      if (last && last.op === op) last.text += text;
+      else out.push({ op: op, text: text });
+    }
+    i = 0; j = 0;
+    while (i < n && j < m) {
+      if (a[i] === b[j]) { push("equal", a[i]); i++; j++; }
+      else if (table[i + 1][j] >= table[i][j + 1]) { push("delete", a[i]); i++; }
+      else { push("insert", b[j]); j++; }
+    }
+    for (; i < n; i++) push("delete", a[i]);
+    for (; j < m; j++) push("insert", b[j]);
+    return out;
+  }
+  function renderDiff(textarea) {
+    var into = document.querySelector(textarea.dataset.diffInto);
+    if (!into) return;
+    var before = textarea.dataset.modelText || "", after = textarea.value;
+    into.textContent = "";
+    if (before === after) {
+      var same = document.createElement("span");
+      same.className = "muted small";
+      same.textContent = "Same as the model's text.";
+      into.appendChild(same);
+      return;
+    }
+    var a = tokens(before), b = tokens(after);
+    if (a.length * b.length > 250000) { into.textContent = "(too long to compare while typing)"; return; }
+    diff(a, b).forEach(function (part) {
+      var node = document.createElement(part.op === "insert" ? "ins" : part.op === "delete" ? "del" : "span");
+      node.textContent = part.text;
+      into.appendChild(node);
+    });
+  }
+  document.addEventListener("input", function (event) {
+    var el = event.target;
+    if (el.dataset && el.dataset.diffInto) renderDiff(el);
+    if (el.name && el.name.indexOf("outcome-") === 0) {
+      var all = document.getElementById("scope-all");
+      if (all) all.checked = true;
+    }
+    if (el.name === "outcome") {
+      var one = document.getElementById("scope-one");
+      if (one) one.checked = true;
+    }
+    if (el.name && el.name.indexOf("share-") === 0) {
+      var split = document.querySelector('input[name="split"]');
+      if (split) split.checked = true;
+    }
+    var fieldset = el.closest && el.closest("[data-needs-one].is-missing");
+    if (fieldset && fieldset.querySelector("input:checked")) {
+      fieldset.classList.remove("is-missing");
+      var note = fieldset.querySelector(".needs-one-message");
+      if (note) note.hidden = true;
+    }
+  });
+
+  // The Scene heat map can be hidden to see the image underneath.
+  document.addEventListener("change", function (event) {
+    var el = event.target;
+    if (el.matches && el.matches("[data-toggle-heat]")) {
+      var frame = el.closest("figure").querySelector(".scene-frame");
+      if (frame) frame.classList.toggle("heat-off", !el.checked);
+    }
+  });
+
+  // After htmx swaps in the next item, start from the top of the workspace with nothing focused.
+  document.addEventListener("htmx:afterSwap", function (event) {
+    if (event.detail.target && event.detail.target.id === "workspace" || event.target.id === "workspace") {
+      var ws = workspace();
+      if (ws && ws.getBoundingClientRect().top < 0) ws.scrollIntoView({ block: "start" });
+      if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
+    }
+  });
+})();

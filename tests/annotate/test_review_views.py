@@ -1,0 +1,312 @@
+"""The reviewer's workspace over HTTP: fragments for htmx, the database after each action, permissions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from annotate import queue
+from annotate.models import Answer, AnswerKind, Claim, Item, ItemStatus, Membership, Prediction, Project, Role
+from tests.annotate.conftest import make_ready_items as ready_items
+from tests.annotate.ui_samples import SAMPLES, TRACE, sample
+
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+def _item_for(project: Project, tool: str, mode: str) -> Item:
+    data = sample(tool, mode)
+    item = Item.objects.create(project=project, inputs=data["inputs"], status=ItemStatus.READY,
+                               confidence=data["receipt"]["confidence"])
+    item.prediction = Prediction.objects.create(item=item, model_version=project.current_version,
+                                                receipt=data["receipt"], trace=TRACE,
+                                                confidence=data["receipt"]["confidence"])
+    item.save(update_fields=["prediction"])
+    return item
+
+
+def _kind_project(reviewer, tool: str, mode: str) -> Project:
+    from annotate.models import ModelVersion
+
+    project = Project.objects.create(slug=f"{tool}-{mode}", name=f"{tool} {mode}", tool=tool, mode=mode,
+                                     guidelines="Be careful.")
+    Membership.objects.create(project=project, user=reviewer, role=Role.REVIEWER)
+    project.current_version = ModelVersion.objects.allocate(project, label="untrained", trained=False)
+    project.save(update_fields=["current_version"])
+    return project
+
+
+EDITOR_MARKERS = {
+    "rank": ['name="choice"', 'data-shortcut="1"', 'name="split"'],
+    "outcomes": ['name="plan"', 'name="outcome"', 'name="outcome-0"', 'data-shortcut="a"'],
+    "verification": ['value="entailment" data-shortcut="e"', 'value="neutral" data-shortcut="n"',
+                     'value="contradiction" data-shortcut="c"'],
+    "retrieval": ['name="relevant" value="0:0"', "data-needs-one"],
+    "proposal": ['name="text"', 'id="text-diff"'],
+    "language": ['name="text"', 'id="text-diff"'],
+    "reply": ['name="text"', 'id="text-diff"'],
+}
+RECEIPT_MARKERS = {
+    "ranking": 'class="ranked"',
+    "outcome": 'class="outcomes"',
+    "classification": "No calibration fitted",
+    "retrieval": 'class="retrieval-query"',
+    "generation": 'id="model-text"',
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("tool", "mode"), sorted(SAMPLES))
+def test_item_page_renders_receipt_kind_and_editor(client, reviewer, tool, mode) -> None:
+    project = _kind_project(reviewer, tool, mode)
+    item = _item_for(project, tool, mode)
+    assert queue.claim_next(project, reviewer) == item
+    client.force_login(reviewer)
+
+    page = client.get(reverse("item_detail", args=[project.slug, item.pk])).content.decode()
+
+    assert RECEIPT_MARKERS[SAMPLES[(tool, mode)]["receipt"]["kind"]] in page
+    for marker in EDITOR_MARKERS[mode]:
+        assert marker in page
+    assert "Be careful." in page  # guidelines beside the item
+    assert "How the model got here" in page and "ranker.encoder" in page
+    assert "untrained model" in page
+    assert 'id="target-form"' in page and 'id="skip-form"' in page
+
+
+@pytest.mark.django_db
+def test_evidence_is_highlighted_by_attention_span(client, reviewer) -> None:
+    project = _kind_project(reviewer, "decision", "rank")
+    item = _item_for(project, "decision", "rank")
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+
+    page = client.get(reverse("item_detail", args=[project.slug, item.pk])).content.decode()
+
+    assert '<mark class="attn" style="--w: 1.000" title="attention 0.500">database</mark>' in page
+
+
+@pytest.mark.django_db
+def test_scene_image_has_heat_map_grid(client, reviewer) -> None:
+    project = _kind_project(reviewer, "scene", "rank")
+    item = _item_for(project, "scene", "rank")
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+
+    page = client.get(reverse("item_detail", args=[project.slug, item.pk])).content.decode()
+
+    assert 'src="data:image/png;base64,' in page
+    assert "grid-template-rows: repeat(2, 1fr)" in page
+    assert page.count('title="patch ') == 4
+
+
+@pytest.mark.django_db
+def test_start_reviewing_claims_least_confident_item_and_redirects(client, project, reviewer) -> None:
+    items = ready_items(project, [0.9, 0.2, 0.5])
+    client.force_login(reviewer)
+
+    response = client.post(reverse("review_next", args=[project.slug]))
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("item_detail", args=[project.slug, items[1].pk])
+    assert Claim.objects.get(reviewer=reviewer).item == items[1]
+
+
+@pytest.mark.django_db
+def test_htmx_submit_stores_answer_and_returns_next_item_fragment(client, project, reviewer) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+
+    response = client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "db"}, **HX)
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert page.lstrip().startswith('<div id="messages" hx-swap-oob="true"')
+    assert f'data-item="{second.pk}"' in page and "<html" not in page
+    assert f"Item {first.pk}: Submitted." in page
+    assert response["HX-Push-Url"] == reverse("item_detail", args=[project.slug, second.pk])
+    answer = Answer.objects.get(item=first, reviewer=reviewer)
+    assert (answer.kind, answer.target, answer.source) == ("target", "db", f"review:outages/{first.pk}/rita")
+    assert Claim.objects.get(reviewer=reviewer).item == second
+
+
+@pytest.mark.django_db
+def test_double_submit_keeps_one_answer(client, project, reviewer) -> None:
+    (first,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+    url = reverse("item_submit", args=[project.slug, first.pk])
+
+    client.post(url, {"choice": "db"}, **HX)
+    client.post(url, {"choice": "db"}, **HX)
+
+    assert Answer.objects.filter(item=first).count() == 1
+    assert Answer.objects.get(item=first).revisions.count() == 1
+
+
+@pytest.mark.django_db
+def test_distribution_split_is_normalized(client, project, reviewer) -> None:
+    (first,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+
+    client.post(reverse("item_submit", args=[project.slug, first.pk]),
+                {"split": "1", "share-0": "3", "share-1": "1"}, **HX)
+
+    assert Answer.objects.get(item=first).target == [0.75, 0.25]
+
+
+@pytest.mark.django_db
+def test_missing_choice_is_answered_in_place_and_stores_nothing(client, project, reviewer) -> None:
+    (first,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+
+    response = client.post(reverse("item_submit", args=[project.slug, first.pk]), {}, **HX)
+
+    assert response["HX-Retarget"] == "#editor-error"
+    assert "Choose a candidate" in response.content.decode()
+    assert not Answer.objects.exists()
+
+
+@pytest.mark.django_db
+def test_target_the_tool_rejects_shows_validator_message(client, project, reviewer, monkeypatch) -> None:
+    (first,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+
+    def reject(*args, **kwargs):
+        raise ValueError("targets[0]: hypothesis id 'db' is not offered")
+
+    monkeypatch.setattr("annotate.tooling.validate_target", reject)
+    response = client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "db"}, **HX)
+
+    assert "hypothesis id &#x27;db&#x27; is not offered" in response.content.decode()
+    assert not Answer.objects.exists()
+
+
+@pytest.mark.django_db
+def test_submit_after_lease_expired_keeps_work_as_draft(client, project, reviewer) -> None:
+    (first,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    Claim.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    client.force_login(reviewer)
+
+    response = client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "dns"}, **HX)
+
+    page = response.content.decode()
+    assert "kept as a draft" in page
+    assert 'value="dns" data-shortcut="2" checked' in page  # the reviewer's choice is still there
+    answer = Answer.objects.get(item=first)
+    assert (answer.kind, answer.target) == (AnswerKind.DRAFT, "dns")
+
+
+@pytest.mark.django_db
+def test_skip_needs_a_reason_and_then_stores_a_skip(client, project, reviewer) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+    url = reverse("item_skip", args=[project.slug, first.pk])
+
+    refused = client.post(url, {"reason": "  "}, **HX)
+    assert "Give a reason to skip." in refused.content.decode()
+    assert not Answer.objects.exists()
+
+    response = client.post(url, {"reason": "unreadable"}, **HX)
+    assert f'data-item="{second.pk}"' in response.content.decode()
+    answer = Answer.objects.get(item=first)
+    assert (answer.kind, answer.skip_reason) == ("skip", "unreadable")
+
+
+@pytest.mark.django_db
+def test_undo_returns_last_item_with_its_answer_as_draft(client, project, reviewer) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+    client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "dns"}, **HX)
+
+    response = client.post(reverse("review_undo", args=[project.slug]), **HX)
+
+    page = response.content.decode()
+    assert f'data-item="{first.pk}"' in page and "Undone" in page
+    assert 'value="dns" data-shortcut="2" checked' in page
+    assert Answer.objects.get(item=first).kind == AnswerKind.DRAFT
+    assert response["HX-Push-Url"] == reverse("item_detail", args=[project.slug, first.pk])
+
+
+@pytest.mark.django_db
+def test_back_link_points_to_previous_answer_which_can_be_edited(client, project, reviewer) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+    page = client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "db"}, **HX).content.decode()
+    back = reverse("item_detail", args=[project.slug, first.pk])
+    assert f'hx-get="{back}"' in page and 'data-shortcut="b ArrowLeft"' in page
+
+    previous = client.get(back, **HX).content.decode()
+    assert 'value="db" data-shortcut="1" checked' in previous and 'id="target-form"' in previous
+
+    client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "dns"}, **HX)
+    answer = Answer.objects.get(item=first)
+    assert answer.target == "dns" and answer.revisions.count() == 2
+
+
+@pytest.mark.django_db
+def test_empty_queue_says_so(client, project, reviewer) -> None:
+    client.force_login(reviewer)
+
+    response = client.post(reverse("review_next", args=[project.slug]), **HX)
+
+    assert "Nothing left to review" in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_outsider_gets_404_for_project_item_and_actions(client, project, outsider) -> None:
+    (first,) = ready_items(project, [0.1])
+    client.force_login(outsider)
+
+    assert client.get(reverse("project_detail", args=[project.slug])).status_code == 404
+    assert client.get(reverse("item_detail", args=[project.slug, first.pk])).status_code == 404
+    assert client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "db"}).status_code == 404
+    assert client.post(reverse("review_next", args=[project.slug])).status_code == 404
+    assert not Answer.objects.exists() and not Claim.objects.exists()
+
+
+@pytest.mark.django_db
+def test_item_of_another_project_is_404_through_own_project(client, project, reviewer, outsider) -> None:
+    other = Project.objects.create(slug="secret", name="Secret", tool="decision", mode="rank")
+    Membership.objects.create(project=other, user=outsider, role=Role.REVIEWER)
+    (hidden,) = ready_items(other, [0.1])
+    client.force_login(reviewer)
+
+    assert client.get(reverse("item_detail", args=[project.slug, hidden.pk])).status_code == 404
+    assert client.get(reverse("item_detail", args=[other.slug, hidden.pk])).status_code == 404
+    assert client.post(reverse("item_skip", args=[project.slug, hidden.pk]), {"reason": "x"}).status_code == 404
+
+
+@pytest.mark.django_db
+def test_every_view_refuses_the_wrong_method(client, project, reviewer) -> None:
+    (first,) = ready_items(project, [0.1])
+    client.force_login(reviewer)
+
+    assert client.get(reverse("item_submit", args=[project.slug, first.pk])).status_code == 405
+    assert client.get(reverse("review_next", args=[project.slug])).status_code == 405
+    assert client.post(reverse("item_detail", args=[project.slug, first.pk])).status_code == 405
+
+
+@pytest.mark.django_db
+def test_csrf_is_required_for_htmx_posts(project, reviewer) -> None:
+    from django.test import Client
+
+    (first,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(reviewer)
+
+    response = client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "db"}, **HX)
+
+    assert response.status_code == 403
+    assert not Answer.objects.exists()
