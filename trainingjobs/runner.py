@@ -36,8 +36,9 @@ def train(job_id: int, owner: str) -> str:
         return "skipped"
     reporter = None
     try:
-        files = snapshot.ensure(job)
-        tool = _base_tool(job)
+        base = _base_version(job)
+        files = snapshot.ensure(job, base)
+        tool = _base_tool(base)
         device = _device(job.device)
         _note(job.pk, owner, device_used=device, total_steps=job.epochs * len(files.train),
               log=f"training {len(files.train)} minibatches x {job.epochs} epochs on {device}")
@@ -177,17 +178,20 @@ def _note(job_id: int, owner: str, *, log: str = "", **fields) -> None:
     lease.with_db_retry(write)
 
 
-def _base_tool(job: TrainingJob):
-    """A private copy of the base version's tool (the loader caches tools; training must not touch the cache)."""
-    from annotate import tooling
-
-    version = job.base_version
-    if version is None:
+def _base_version(job: TrainingJob):
+    if job.base_version is None:
         label = f" ({job.base_version_label})" if job.base_version_label else ""
         raise JobFailed(
             f"the base model version{label} was deleted after the job was launched; "
             "launch a new job from an existing version"
         )
+    return job.base_version
+
+
+def _base_tool(version):
+    """A private copy of the base version's tool (the loader caches tools; training must not touch the cache)."""
+    from annotate import tooling
+
     try:
         return copy.deepcopy(tooling.load_version(version))
     except (OSError, ValueError) as exc:

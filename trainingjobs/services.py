@@ -21,11 +21,14 @@ class JobActionError(ValueError):
     """An action the job's state does not allow; the message says why, for the page."""
 
 
-def launch(project, *, base_version, created_by=None, filters: dict | None = None, **settings) -> TrainingJob:
+def launch(
+    project, *, base_version, created_by=None, filters: dict | None = None, enqueue: bool = True, **settings
+) -> TrainingJob:
     """Create a job that trains `base_version` on `project`'s reviewed records as they are now, and queue it.
 
     `settings` are the job's fields (held_out_fraction, minibatch_size, optimizer, lr, epochs, seed, device,
-    checkpoint_interval); the tool kind's defaults fill in the rest.
+    checkpoint_interval); the tool kind's defaults fill in the rest. `enqueue=False` leaves it for the caller to
+    train (`manage.py launch_training --here`).
     """
     if base_version is None or base_version.project_id != project.pk:
         raise JobActionError("choose a model version of this project to start from")
@@ -48,7 +51,10 @@ def launch(project, *, base_version, created_by=None, filters: dict | None = Non
         job.log = job.appended_log(
             "", f"launched: {len(train)} training and {len(held_out)} held-out records from {base_version}"
         )
-        _enqueue(job)
+        if enqueue:
+            _enqueue(job)
+        else:
+            job.save()
     return job
 
 

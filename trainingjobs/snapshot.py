@@ -75,11 +75,11 @@ def split(records, held_out_fraction: float, seed: int) -> tuple[list[int], list
     return train, held_out
 
 
-def ensure(job) -> Snapshot:
-    """The job's experience files, written on first use from its frozen records (then only read)."""
+def ensure(job, base_version) -> Snapshot:
+    """The job's experience files, captured on first use with `base_version`'s trainer (then only read)."""
     root = job.directory / "data"
     if not (root / MANIFEST).is_file():
-        _write(job, root)
+        _write(job, base_version, root)
     manifest = json.loads((root / MANIFEST).read_text())
     return Snapshot(
         train=[root / name for name in manifest["train"]],
@@ -93,15 +93,12 @@ def held_out_examples(job) -> list[tuple[int, object, object]]:
     return [(r.answer.item_id, r.answer.item.inputs, r.target) for r in _records(job.held_out_records)]
 
 
-def _write(job, root: Path) -> None:
+def _write(job, version, root: Path) -> None:
     from annotate import tooling
     from trainingjobs.runner import JobFailed
 
     if not job.train_records:
         raise JobFailed("the job has no reviewed records to train on; review items first, then launch again")
-    version = job.base_version
-    if version is None:
-        raise JobFailed("the base model version was deleted after the job was launched; launch a new job")
     trainer = tooling.trainer_for(version)
     root.parent.mkdir(parents=True, exist_ok=True)
     # Written into a temporary sibling and published by renaming, so a crash never leaves a partial snapshot.

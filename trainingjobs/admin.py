@@ -1,0 +1,42 @@
+"""Django admin for jobs: staff can see every field and cancel or re-queue jobs in bulk."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+
+from trainingjobs import services
+from trainingjobs.models import LossPoint, TrainingJob
+
+
+@admin.register(TrainingJob)
+class TrainingJobAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "state", "step", "total_steps", "worker_host", "created_at", "finished_at")
+    list_filter = ("state", "project")
+    search_fields = ("project__slug", "worker_host", "lease_owner")
+    readonly_fields = ("lease_owner", "lease_expires_at", "attempts", "worker_host", "device_used", "step",
+                       "total_steps", "epoch", "first_step_at", "metrics", "log", "train_records",
+                       "held_out_records")
+    raw_id_fields = ("base_version", "result_version", "created_by")
+    actions = ("cancel_jobs", "resume_jobs")
+
+    @admin.action(description="Cancel the selected jobs")
+    def cancel_jobs(self, request, queryset):
+        for job in queryset:
+            try:
+                services.cancel(job.pk)
+            except services.JobActionError as exc:
+                self.message_user(request, f"Job {job.pk}: {exc}", messages.WARNING)
+
+    @admin.action(description="Resume the selected cancelled or failed jobs")
+    def resume_jobs(self, request, queryset):
+        for job in queryset:
+            try:
+                services.resume(job.pk)
+            except services.JobActionError as exc:
+                self.message_user(request, f"Job {job.pk}: {exc}", messages.WARNING)
+
+
+@admin.register(LossPoint)
+class LossPointAdmin(admin.ModelAdmin):
+    list_display = ("job", "step", "epoch", "loss")
+    list_filter = ("job",)

@@ -1,0 +1,54 @@
+"""The launch form (a project admin's choices for a new job) and the continue form."""
+
+from __future__ import annotations
+
+from django import forms
+
+from trainingjobs import defaults
+from trainingjobs.models import TrainingJob
+
+SETTINGS = (
+    "base_version",
+    "epochs",
+    "lr",
+    "optimizer",
+    "held_out_fraction",
+    "minibatch_size",
+    "seed",
+    "device",
+    "checkpoint_interval",
+)
+
+
+class LaunchForm(forms.ModelForm):
+    """Settings of a new job; initial values are the project tool kind's defaults (trainingjobs.defaults)."""
+
+    reviewers = forms.CharField(
+        required=False,
+        help_text="Only answers by these reviewers (usernames, comma-separated); empty for everyone's.",
+    )
+
+    class Meta:
+        model = TrainingJob
+        fields = SETTINGS
+        labels = {"lr": "Learning rate", "base_version": "Start from", "device": "Device"}
+        widgets = {"lr": forms.NumberInput(attrs={"step": "any"}),
+                   "held_out_fraction": forms.NumberInput(attrs={"step": "0.05"})}
+
+    def __init__(self, project, *args, **kwargs):
+        initial = defaults.for_tool(project.tool) | {"base_version": project.current_version_id}
+        super().__init__(*args, initial=initial | kwargs.pop("initial", {}), **kwargs)
+        self.project = project
+        self.fields["base_version"].queryset = project.versions.all()
+        self.fields["base_version"].empty_label = None
+
+    def filters(self) -> dict:
+        names = [name.strip() for name in self.cleaned_data.get("reviewers", "").split(",") if name.strip()]
+        return {"reviewers": names} if names else {}
+
+    def settings(self) -> dict:
+        return {name: self.cleaned_data[name] for name in SETTINGS if name != "base_version"}
+
+
+class ContinueForm(forms.Form):
+    extra_epochs = forms.IntegerField(min_value=1, max_value=10_000, initial=10, label="More epochs")

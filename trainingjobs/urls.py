@@ -1,0 +1,18 @@
+"""URLs of training jobs, included by the root URLconf under `jobs/`."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from trainingjobs import views
+
+app_name = "trainingjobs"
+
+urlpatterns = [
+    path("projects/<slug:slug>/", views.project_jobs, name="project_jobs"),
+    path("<int:pk>/", views.job_detail, name="job"),
+    path("<int:pk>/cancel", views.job_cancel, name="cancel"),
+    path("<int:pk>/resume", views.job_resume, name="resume"),
+    path("<int:pk>/continue", views.job_continue, name="continue"),
+    path("versions/<int:pk>/promote", views.version_promote, name="promote"),
+]

@@ -1,0 +1,154 @@
+"""Pages of training jobs, for a project's admins (and staff): launch, watch, cancel, resume, continue, promote.
+
+A job page polls its status fragment every second; once the job is final the fragment answers HTTP 286, which
+tells htmx to stop polling.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from annotate.models import ModelVersion
+from annotate.views.access import admin_project
+from trainingjobs import plot, services
+from trainingjobs.forms import ContinueForm, LaunchForm
+from trainingjobs.models import TrainingJob
+
+HTMX_STOP_POLLING = 286
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+@vary_on_headers("HX-Request")
+def project_jobs(request, slug: str):
+    """The project's jobs and the launch form; POST launches a job and opens its page."""
+    project = admin_project(request, slug)
+    form = LaunchForm(project, request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            job = services.launch(
+                project,
+                base_version=form.cleaned_data["base_version"],
+                created_by=request.user,
+                filters=form.filters(),
+                **form.settings(),
+            )
+        except services.JobActionError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Job {job.pk} queued.")
+            return _redirect(request, "trainingjobs:job", job.pk)
+    context = {
+        "project": project,
+        "form": form,
+        "jobs": project.training_jobs.select_related("base_version", "result_version")[:50],
+        "versions": project.versions.all()[:50],
+    }
+    template = "trainingjobs/_project_jobs.html" if request.htmx else "trainingjobs/project_jobs.html"
+    return render(request, template, context, status=400 if form.errors else 200)
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def job_detail(request, pk: int):
+    """The job page; with HX-Request, its status fragment (HTTP 286 once the job is final)."""
+    job = _job(request, pk)
+    context = _status_context(job)
+    if request.htmx:
+        response = render(request, "trainingjobs/_job_status.html", context)
+        if job.is_final:
+            response.status_code = HTMX_STOP_POLLING
+        return response
+    return render(request, "trainingjobs/job.html", context)
+
+
+@login_required
+@require_POST
+def job_cancel(request, pk: int):
+    job = _job(request, pk)
+    return _act(request, job, lambda: services.cancel(job.pk), "Cancel requested.")
+
+
+@login_required
+@require_POST
+def job_resume(request, pk: int):
+    job = _job(request, pk)
+    return _act(request, job, lambda: services.resume(job.pk), "Job queued again; it resumes from its checkpoint.")
+
+
+@login_required
+@require_POST
+def job_continue(request, pk: int):
+    job = _job(request, pk)
+    form = ContinueForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Give a positive number of extra epochs.")
+        return _act(request, job, None, "")
+    extra = form.cleaned_data["extra_epochs"]
+    return _act(request, job, lambda: services.continue_training(job.pk, extra), f"Training {extra} more epochs.")
+
+
+@login_required
+@require_POST
+def version_promote(request, pk: int):
+    """Make a model version its project's current model; pending items are predicted again by it."""
+    version = get_object_or_404(ModelVersion.objects.select_related("project"), pk=pk)
+    admin_project(request, version.project.slug)
+    services.promote(version, by=request.user)
+    messages.success(request, f"{version} is now the current model of {version.project}; re-predicting its items.")
+    job_id = request.POST.get("job")
+    if job_id and job_id.isdigit() and TrainingJob.objects.filter(pk=job_id, project=version.project).exists():
+        return _redirect(request, "trainingjobs:job", int(job_id))
+    return _redirect(request, "trainingjobs:project_jobs", version.project.slug)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+def _job(request, pk: int) -> TrainingJob:
+    """Job `pk` if the user administers its project; 404 for non-members (403 for reviewers)."""
+    job = get_object_or_404(
+        TrainingJob.objects.select_related("project", "base_version", "result_version", "project__current_version"),
+        pk=pk,
+    )
+    admin_project(request, job.project.slug)
+    return job
+
+
+def _status_context(job: TrainingJob) -> dict:
+    history = list(job.loss_points.values_list("step", "loss"))
+    return {
+        "job": job,
+        "project": job.project,
+        "curve": plot.loss_curve(history, job.total_steps),
+        "continue_form": ContinueForm(),
+        "is_current": job.result_version_id is not None
+        and job.project.current_version_id == job.result_version_id,
+    }
+
+
+def _act(request, job: TrainingJob, action, success: str):
+    """Run a state change; the htmx caller gets the refreshed status fragment, a plain form post a redirect."""
+    if action is not None:
+        try:
+            action()
+        except services.JobActionError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, success)
+    if request.htmx:
+        job.refresh_from_db()
+        return render(request, "trainingjobs/_job_status.html", _status_context(job))
+    return redirect("trainingjobs:job", job.pk)
+
+
+def _redirect(request, name: str, *args):
+    url = reverse(name, args=args)
+    if request.htmx:
+        return HttpResponse(headers={"HX-Redirect": url})
+    return redirect(url)
