@@ -9,6 +9,7 @@ from annotate.models import (
     AnswerRevision,
     ApiToken,
     Claim,
+    ExperienceUpload,
     Export,
     Item,
     Membership,
@@ -111,3 +112,11 @@ class ExportAdmin(admin.ModelAdmin):
     list_display = ["id", "project", "format", "state", "done", "total", "created_at", "finished_at"]
     list_filter = ["state", "format"]
     raw_id_fields = ["project", "requested_by"]
+
+
+@admin.register(ExperienceUpload)
+class ExperienceUploadAdmin(admin.ModelAdmin):
+    list_display = ["id", "project", "original_name", "state", "size", "uploaded_by", "created_at"]
+    list_filter = ["state"]
+    raw_id_fields = ["project", "uploaded_by"]
+    readonly_fields = ["summary", "reason", "checked_at"]

@@ -423,3 +423,41 @@ class Export(models.Model):
     @property
     def percent(self) -> int:
         return int(100 * self.done / self.total) if self.total else (100 if self.is_final else 0)
+
+
+class UploadState(models.TextChoices):
+    PENDING = "PENDING", "Being checked"
+    ACCEPTED = "ACCEPTED", "Accepted"
+    REFUSED = "REFUSED", "Refused"
+
+
+class ExperienceUpload(models.Model):
+    """An experience file traced by a user's own program, kept when it loads against the project's tool.
+
+    The file is stored as `uploads/<id>/experience.json`; a worker checks it with the library's safe loader and
+    records why it was refused, if it was.
+    """
+
+    FILE_NAME = "experience.json"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="experience_uploads")
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    original_name = models.CharField(max_length=255, blank=True, help_text="As uploaded; shown, never used as a path.")
+    size = models.PositiveBigIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=UploadState.choices, default=UploadState.PENDING)
+    reason = models.TextField(blank=True, help_text="Why the file was refused.")
+    summary = models.JSONField(default=dict, blank=True, help_text="Calls, supervision records and sources.")
+    created_at = models.DateTimeField(default=timezone.now)
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"experience upload {self.pk} ({self.state})"
+
+    @property
+    def path(self) -> Path:
+        return storage.artifact_dir("uploads", self.pk, create=False) / self.FILE_NAME

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-KINDS = ("models", "exports", "jobs")
+KINDS = ("models", "exports", "jobs", "uploads")
 
 
 def root() -> Path:

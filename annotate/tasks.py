@@ -1,11 +1,126 @@
-"""Celery tasks of the reviewer app."""
+"""Celery tasks of the reviewer app. They take ids, re-fetch rows, and are safe to run twice."""
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
+from django.db import transaction
+from django.utils import timezone
+
+from annotate import tooling
+from annotate.models import (
+    ExperienceUpload,
+    Export,
+    Item,
+    ItemStatus,
+    ModelVersion,
+    Prediction,
+    Project,
+    UploadState,
+)
+
+logger = logging.getLogger(__name__)
+
+PREDICT_BATCH = 64  # items per prediction task (and per traced forward)
 
 
 @shared_task
 def ping() -> str:
     """Answer "pong": proves a worker is consuming from the configured broker."""
     return "pong"
+
+
+def enqueue_predictions(project: Project, item_ids: list[int], version_id: int | None = None) -> int:
+    """Queue `predict_items` in batches, each sent when the current transaction commits; returns the batches."""
+    batches = 0
+    for start in range(0, len(item_ids), PREDICT_BATCH):
+        predict_items.delay_on_commit(project.pk, list(item_ids[start:start + PREDICT_BATCH]), version_id)
+        batches += 1
+    return batches
+
+
+@shared_task(time_limit=1800, soft_time_limit=1700)
+def predict_items(project_id: int, item_ids: list[int], version_id: int | None = None) -> int:
+    """Predict `item_ids` with the project's current version (or `version_id`) inside `tensorcode.trace()`.
+
+    Stores a Prediction (receipt, trace summary, confidence) per item and makes pending items ready. Items that
+    already have a prediction from that version are skipped, so the task is safe to run twice. Returns the
+    number of predictions made.
+    """
+    project = Project.objects.filter(pk=project_id).select_related("current_version").first()
+    if project is None:
+        return 0
+    version = (
+        ModelVersion.objects.filter(pk=version_id, project=project).first() if version_id else project.current_version
+    )
+    if version is None:
+        logger.warning("project %s has no model version to predict with", project.slug)
+        return 0
+    items = list(
+        Item.objects.filter(project=project, pk__in=item_ids).exclude(predictions__model_version=version).order_by("id")
+    )
+    if not items:
+        return 0
+    results = _predict(version, items)
+    with transaction.atomic():
+        for item, result in zip(items, results, strict=True):
+            if result is None:
+                continue
+            prediction = Prediction.objects.create(
+                item=item, model_version=version, receipt=result["receipt"], trace=result["trace"],
+                confidence=result["confidence"],
+            )
+            fields = {"prediction": prediction, "confidence": result["confidence"]}
+            Item.objects.filter(pk=item.pk).update(**fields)
+            Item.objects.filter(pk=item.pk, status=ItemStatus.PENDING).update(status=ItemStatus.READY)
+    return sum(result is not None for result in results)
+
+
+def _predict(version: ModelVersion, items: list[Item]) -> list[dict | None]:
+    try:
+        return tooling.predict_batch(version, [item.inputs for item in items])
+    except ValueError:
+        if len(items) == 1:
+            logger.exception("item %s: the model refused its inputs", items[0].pk)
+            return [None]
+    # One bad input fails the whole batch: predict one by one so the others still get their predictions.
+    return [result for item in items for result in _predict(version, [item])]
+
+
+@shared_task(time_limit=3600, soft_time_limit=3500)
+def run_export(export_id: int) -> str:
+    """Write an export's files (see `annotate.export.run`); returns its final state."""
+    from annotate import export as exports
+
+    export = Export.objects.filter(pk=export_id).first()
+    if export is None:
+        return "missing"
+    return exports.run(export).state
+
+
+@shared_task(time_limit=600, soft_time_limit=570)
+def check_experience_upload(upload_id: int) -> str:
+    """Load an uploaded experience file with the library's safe loader against the project's tool.
+
+    ACCEPTED with a summary when its calls bind to the tool; REFUSED with the reason otherwise (and the file
+    removed). Safe to run twice: a checked upload is left alone.
+    """
+    upload = ExperienceUpload.objects.filter(pk=upload_id).select_related("project__current_version").first()
+    if upload is None or upload.state != UploadState.PENDING:
+        return upload.state if upload else "missing"
+    project = upload.project
+    try:
+        if project.current_version is None:
+            raise ValueError("refused: the project has no model version to bind the file's calls to")
+        summary = tooling.check_experience_file(project.current_version, upload.path)
+    except ValueError as exc:
+        upload.path.unlink(missing_ok=True)
+        ExperienceUpload.objects.filter(pk=upload.pk).update(
+            state=UploadState.REFUSED, reason=str(exc)[:2000], checked_at=timezone.now()
+        )
+        return UploadState.REFUSED
+    ExperienceUpload.objects.filter(pk=upload.pk).update(
+        state=UploadState.ACCEPTED, summary=summary, checked_at=timezone.now()
+    )
+    return UploadState.ACCEPTED

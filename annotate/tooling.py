@@ -268,6 +268,18 @@ def trainer_for(version):
     return training.Trainer.from_tool(tool)
 
 
+def trainer_for_project(project):
+    """A trainer on the project's current version, or on a fresh tool of its configuration when it has none.
+
+    Capturing records inputs and targets, not weights, so any version of the same configuration binds.
+    """
+    from tensorcode import training
+
+    if project.current_version is not None:
+        return trainer_for(project.current_version)
+    return training.Trainer.from_tool(create_tool(project.tool, project.mode, project.configuration))
+
+
 def capture_experience(trainer, mode: str, inputs_list: list, targets: list, sources: list[str], path: Path) -> None:
     """Capture one minibatch (one source per example) with the trainer and save it as an experience file."""
     envelope = {"mode": _library_mode(trainer.tool, mode), "inputs": list(inputs_list)}

@@ -1,0 +1,256 @@
+"""Exporting reviewed answers: experience files (one per minibatch) and a flat JSONL file, with a manifest.
+
+An export streams the selected answers in id order (`iterator(chunk_size=...)`), so memory stays bounded by one
+minibatch whatever the project's size. Files are written into `exports/<id>/.partial/` and moved into place
+only when the export succeeds; `manifest.json` is written last, and `export-<id>.zip` holds them all.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from annotate import storage, tooling
+from annotate.models import Answer, AnswerKind, Export, ExportFormat, ExportState, ItemStatus, Project
+
+MANIFEST = "manifest.json"
+JSONL = "answers.jsonl"
+FORMAT = "tensorcode-annotate.export"
+VERSION = 1
+CHUNK = 1000  # rows fetched per database round trip
+MAX_MINIBATCH = 4096
+FILTER_KEYS = ("reviewers", "after", "before", "confidence_min", "confidence_max", "item_status", "item_ids")
+
+
+class NothingSelected(ValueError):
+    """The filters select no reviewed answer, so there is nothing to export."""
+
+
+def validate_filters(filters: Any) -> dict:
+    """Normalized filters; `ValueError` naming the bad key or value (impossible ranges included).
+
+    Keys: `reviewers` (usernames), `after`/`before` (ISO 8601 times of the answer's last change),
+    `confidence_min`/`confidence_max` (the item's prediction confidence, 0..1), `item_status` ("done" or
+    "ready"; an item still collecting answers under overlap > 1 is "ready"), `item_ids` (ids).
+    """
+    if filters in (None, ""):
+        return {}
+    if not isinstance(filters, dict):
+        raise ValueError(f"filters: expected an object, got {type(filters).__name__}")
+    unknown = sorted(set(filters) - set(FILTER_KEYS))
+    if unknown:
+        raise ValueError(f"filters: unknown key {unknown[0]!r}; valid keys: {', '.join(FILTER_KEYS)}")
+    clean: dict = {}
+    for key, value in filters.items():
+        if value in (None, "", []):
+            continue
+        if key == "reviewers":
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError("filters.reviewers: expected a list of usernames")
+            clean[key] = sorted(set(value))
+        elif key in ("after", "before"):
+            moment = parse_datetime(value) if isinstance(value, str) else None
+            if moment is None:
+                raise ValueError(f"filters.{key}: expected an ISO 8601 time like 2026-12-01T08:00:00Z, got {value!r}")
+            if timezone.is_naive(moment):
+                moment = timezone.make_aware(moment, timezone.utc)
+            clean[key] = moment.isoformat()
+        elif key in ("confidence_min", "confidence_max"):
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise ValueError(f"filters.{key}: expected a number between 0 and 1")
+            try:
+                number = float(value)
+            except ValueError as exc:
+                raise ValueError(f"filters.{key}: expected a number between 0 and 1, got {value!r}") from exc
+            if not 0.0 <= number <= 1.0:
+                raise ValueError(f"filters.{key}: {number} is outside 0..1")
+            clean[key] = number
+        elif key == "item_status":
+            if value not in (ItemStatus.DONE, ItemStatus.READY):
+                raise ValueError(f"filters.item_status: expected 'done' or 'ready', got {value!r}")
+            clean[key] = value
+        elif key == "item_ids":
+            if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                raise ValueError("filters.item_ids: expected a list of item ids")
+            clean[key] = sorted(set(value))
+    if clean.get("confidence_min", 0.0) > clean.get("confidence_max", 1.0):
+        raise ValueError("filters: confidence_min is greater than confidence_max, so nothing can match")
+    if "after" in clean and "before" in clean and clean["after"] >= clean["before"]:
+        raise ValueError("filters: 'after' is not earlier than 'before', so nothing can match")
+    return clean
+
+
+def selected_answers(project: Project, filters: dict) -> QuerySet[Answer]:
+    """The final target answers of `project` that `filters` (already validated) select, in id order."""
+    answers = Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET)
+    if "reviewers" in filters:
+        answers = answers.filter(reviewer__username__in=filters["reviewers"])
+    if "after" in filters:
+        answers = answers.filter(updated_at__gt=datetime.fromisoformat(filters["after"]))
+    if "before" in filters:
+        answers = answers.filter(updated_at__lte=datetime.fromisoformat(filters["before"]))
+    if "confidence_min" in filters:
+        answers = answers.filter(item__confidence__gte=filters["confidence_min"])
+    if "confidence_max" in filters:
+        answers = answers.filter(item__confidence__lte=filters["confidence_max"])
+    if "item_status" in filters:
+        answers = answers.filter(item__status=filters["item_status"])
+    if "item_ids" in filters:
+        answers = answers.filter(item_id__in=filters["item_ids"])
+    return answers.order_by("id")
+
+
+def create_export(project: Project, user, *, filters: Any = None, minibatch_size: int = 32,
+                  format: str = ExportFormat.EXPERIENCE, enqueue: bool = True) -> Export:
+    """Validate, count and record an export, and queue its task when the transaction commits.
+
+    Raises `ValueError` for bad filters or minibatch size, `NothingSelected` when nothing matches.
+    """
+    from annotate import tasks
+
+    clean = validate_filters(filters)
+    if type(minibatch_size) is not int or not 1 <= minibatch_size <= MAX_MINIBATCH:
+        raise ValueError(f"minibatch_size: expected an integer from 1 to {MAX_MINIBATCH}, got {minibatch_size!r}")
+    if format not in ExportFormat.values:
+        raise ValueError(f"format: expected one of {', '.join(ExportFormat.values)}, got {format!r}")
+    total = selected_answers(project, clean).count()
+    if total == 0:
+        raise NothingSelected("export: no reviewed answers match these filters, so there is nothing to export")
+    with transaction.atomic():
+        export = Export.objects.create(project=project, requested_by=user if getattr(user, "pk", None) else None,
+                                       filters=clean, minibatch_size=minibatch_size, format=format, total=total)
+        if enqueue:
+            tasks.run_export.delay_on_commit(export.pk)
+    return export
+
+
+def run(export: Export) -> Export:
+    """Write the export's files (safe to re-run: a finished export is left alone, a partial one restarts)."""
+    with transaction.atomic():
+        export = Export.objects.select_for_update().select_related("project").get(pk=export.pk)
+        if export.state == ExportState.SUCCEEDED:
+            return export
+        export.state, export.started_at, export.done, export.error = ExportState.RUNNING, timezone.now(), 0, ""
+        export.save(update_fields=["state", "started_at", "done", "error"])
+    directory = storage.artifact_dir("exports", export.pk)
+    partial = directory / ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    try:
+        manifest = _write_files(export, partial)
+    except Exception as exc:
+        Export.objects.filter(pk=export.pk).update(
+            state=ExportState.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000], finished_at=timezone.now()
+        )
+        raise
+    names = [entry["name"] for entry in manifest["files"]] + [JSONL]
+    for name in names:
+        (partial / name).replace(directory / name)
+    storage.write_once(directory / MANIFEST, json.dumps(manifest, indent=2).encode())
+    _write_archive(directory, export.pk, [*names, MANIFEST])
+    partial.rmdir()
+    Export.objects.filter(pk=export.pk).update(
+        state=ExportState.SUCCEEDED, done=manifest["examples"], total=manifest["examples"],
+        files=[*names, MANIFEST, archive_name(export.pk)], finished_at=timezone.now(),
+    )
+    export.refresh_from_db()
+    return export
+
+
+def archive_name(export_id: int) -> str:
+    return f"export-{export_id}.zip"
+
+
+def archive_path(export: Export) -> Path:
+    """The zip of a finished export (what the download link serves)."""
+    return export.directory / archive_name(export.pk)
+
+
+def jsonl_record(answer: Answer) -> dict:
+    """One line of the flat export."""
+    return {
+        "item": answer.item_id,
+        "inputs": answer.item.inputs,
+        "target": answer.target,
+        "source": answer.source,
+        "reviewer": answer.reviewer.get_username(),
+        "created_at": answer.created_at.isoformat(),
+        "updated_at": answer.updated_at.isoformat(),
+    }
+
+
+# -- internals -------------------------------------------------------------------------------------------------
+def _write_files(export: Export, partial: Path) -> dict:
+    project = export.project
+    answers = selected_answers(project, export.filters).select_related("item", "reviewer")
+    experience = export.format == ExportFormat.EXPERIENCE
+    trainer = tooling.trainer_for_project(project) if experience else None
+    files: list[dict] = []
+    done = 0
+    with (partial / JSONL).open("w", encoding="utf-8") as jsonl:
+        for batch in _minibatches(answers.iterator(chunk_size=CHUNK), export.minibatch_size):
+            for answer in batch:
+                jsonl.write(json.dumps(jsonl_record(answer), ensure_ascii=False) + "\n")
+            if experience:
+                name = f"part-{len(files) + 1:05d}.json"
+                tooling.capture_experience(
+                    trainer, project.mode, [a.item.inputs for a in batch], [a.target for a in batch],
+                    [a.source for a in batch], partial / name,
+                )
+                files.append({"name": name, "examples": len(batch), "first_item": batch[0].item_id,
+                              "last_item": batch[-1].item_id})
+            done += len(batch)
+            Export.objects.filter(pk=export.pk).update(done=done, total=max(done, export.total))
+    if done == 0:
+        raise NothingSelected("export: no reviewed answers match these filters any more")
+    version = project.current_version
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "export": export.pk,
+        "project": project.slug,
+        "tool": project.tool,
+        "mode": project.mode,
+        "configuration": project.configuration,
+        "model_version": version.pk if version else None,
+        "filters": export.filters,
+        "minibatch_size": export.minibatch_size,
+        "examples": done,
+        "files": files,
+        "jsonl": JSONL,
+        "created_at": timezone.now().isoformat(),
+        "how_to_load": "tensorcode.training.load_experience(path, "
+                       "operations=Trainer.from_tool(<the project's tool>).operations)",
+    }
+
+
+def _minibatches(answers: Iterator[Answer], size: int) -> Iterator[list[Answer]]:
+    batch: list[Answer] = []
+    for answer in answers:
+        batch.append(answer)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _write_archive(directory: Path, export_id: int, names: list[str]) -> None:
+    target = directory / archive_name(export_id)
+    temporary = directory / f".{target.name}.tmp"
+    with zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name in names:
+            archive.write(directory / name, arcname=f"export-{export_id}/{name}")
+    temporary.replace(target)

@@ -1,0 +1,192 @@
+"""Importing items: a JSONL upload, `manage.py import_items`, or the JSON API; all or nothing.
+
+Each JSONL line is one object `{"inputs": <one example's tool inputs>}`. Every line is checked (JSON, fields,
+the tool's own input checks) before anything is written; the errors name their line. Items are then created in
+one transaction and their predictions are queued for a worker once it commits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from django.conf import settings
+from django.db import transaction
+
+from annotate import storage, tooling
+from annotate.models import ExperienceUpload, Item, ItemStatus, Project
+
+MAX_ERRORS = 20  # errors listed; the rest are counted
+BULK_BATCH = 2000  # rows per INSERT
+ALLOWED_FIELDS = ("inputs",)
+
+
+class ImportRejected(ValueError):
+    """Nothing was imported; `errors` lists what is wrong, each naming its line (or item)."""
+
+    def __init__(self, errors: list[str], total: int | None = None):
+        self.errors = errors
+        self.total = len(errors) if total is None else total
+        more = f" (and {self.total - len(errors)} more)" if self.total > len(errors) else ""
+        super().__init__("; ".join(errors[:3]) + (" …" if len(errors) > 3 else "") + more)
+
+
+@dataclass
+class ImportResult:
+    item_ids: list[int] = field(default_factory=list)
+    prediction_batches: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.item_ids)
+
+
+def max_upload_bytes() -> int:
+    """The import size limit in bytes (`TC_IMPORT_MAX_BYTES`, default 64 MiB)."""
+    return int(getattr(settings, "TC_IMPORT_MAX_BYTES", 64 * 1024 * 1024))
+
+
+def import_jsonl(project: Project, stream: IO[bytes] | Iterable[bytes], *, max_bytes: int | None = None,
+                 predict: bool = True) -> ImportResult:
+    """Validate a JSONL file of `{"inputs": ...}` lines and import it whole, or raise `ImportRejected`."""
+    data = read_limited(stream, max_upload_bytes() if max_bytes is None else max_bytes)
+    records, errors = parse_jsonl(data)
+    return _import(project, records, errors, predict=predict)
+
+
+def import_records(project: Project, records: Any, *, predict: bool = True) -> ImportResult:
+    """Import a JSON list of `{"inputs": ...}` objects (the API body's `items`); errors name `items[i]`."""
+    if not isinstance(records, list):
+        raise ImportRejected([f"items: expected a list of {{'inputs': ...}} objects, got {_kind(records)}"])
+    if not records:
+        raise ImportRejected(["items: the list is empty; send at least one item"])
+    return _import(project, [(f"items[{i}]", record) for i, record in enumerate(records)], [], predict=predict)
+
+
+def read_limited(stream: IO[bytes] | Iterable[bytes], max_bytes: int) -> bytes:
+    """Read at most `max_bytes`; `ImportRejected` as soon as the stream proves larger (never read whole)."""
+    chunks, size = [], 0
+    pieces = stream.chunks() if hasattr(stream, "chunks") else _blocks(stream)
+    for chunk in pieces:
+        size += len(chunk)
+        if size > max_bytes:
+            raise ImportRejected([f"file: larger than the import limit of {_size(max_bytes)}; split it into parts"])
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_jsonl(data: bytes) -> tuple[list[tuple[str, Any]], list[str]]:
+    """`([(where, record)], errors)`: one record per nonblank line; bad JSON is reported by line number."""
+    records, errors = [], []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        where = f"line {number}"
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            errors.append(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+            continue
+        try:
+            records.append((where, json.loads(text, parse_constant=_refuse_constant)))
+        except ValueError as exc:
+            errors.append(f"{where}: not valid JSON ({exc})")
+    if not records and not errors:
+        errors.append("file: no items; each line should be a JSON object like {\"inputs\": {...}}")
+    return records, errors
+
+
+def validate_record(project: Project, record: Any) -> Any:
+    """The normalized inputs of one `{"inputs": ...}` record; `ValueError` naming the field otherwise."""
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a JSON object like {{\"inputs\": ...}}, got {_kind(record)}")
+    unknown = sorted(set(record) - set(ALLOWED_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown field {unknown[0]!r}; allowed fields: {', '.join(ALLOWED_FIELDS)}")
+    if "inputs" not in record:
+        raise ValueError("missing field 'inputs' (the tool's inputs for one example)")
+    inputs = tooling.validate_inputs(project.tool, project.mode, record["inputs"], project.configuration)
+    return tooling.to_json(inputs)
+
+
+def create_items(project: Project, inputs_list: list[Any], *, predict: bool = True) -> ImportResult:
+    """Create ready-to-predict items in one transaction; predictions are queued when it commits."""
+    from annotate import tasks
+
+    result = ImportResult()
+    with transaction.atomic():
+        for start in range(0, len(inputs_list), BULK_BATCH):
+            rows = [Item(project=project, inputs=inputs, status=ItemStatus.PENDING)
+                    for inputs in inputs_list[start:start + BULK_BATCH]]
+            result.item_ids.extend(row.pk for row in Item.objects.bulk_create(rows))
+        if predict and project.current_version_id is not None:
+            result.prediction_batches = tasks.enqueue_predictions(project, result.item_ids)
+    return result
+
+
+def max_experience_bytes() -> int:
+    """The experience-file upload limit in bytes (`TC_EXPERIENCE_MAX_BYTES`, default 32 MiB)."""
+    return int(getattr(settings, "TC_EXPERIENCE_MAX_BYTES", 32 * 1024 * 1024))
+
+
+def upload_experience(project: Project, user, stream, *, name: str = "") -> ExperienceUpload:
+    """Store an experience file traced by the user's own program and queue its check by a worker.
+
+    The web process only checks size and that the file is a JSON object of the experience format; a worker
+    then loads it with the library's safe loader against the project's tool (`tasks.check_experience_upload`)
+    and accepts it or records why not. `ImportRejected` (nothing stored) for an oversize or non-JSON file.
+    """
+    from annotate import tasks
+
+    data = read_limited(stream, max_experience_bytes())
+    try:
+        document = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ImportRejected([f"file: not a JSON experience file ({exc})"]) from exc
+    if not isinstance(document, dict) or document.get("format") != "tensorcode.experience":
+        raise ImportRejected(["file: not an experience file (expected a JSON object with "
+                              "\"format\": \"tensorcode.experience\", as saved by tensorcode)"])
+    with transaction.atomic():
+        upload = ExperienceUpload.objects.create(
+            project=project, uploaded_by=user if getattr(user, "pk", None) else None,
+            original_name=str(name)[:255], size=len(data),
+        )
+        storage.write_once(storage.artifact_dir("uploads", upload.pk) / ExperienceUpload.FILE_NAME, data)
+        tasks.check_experience_upload.delay_on_commit(upload.pk)
+    return upload
+
+
+def _import(project: Project, records: list[tuple[str, Any]], errors: list[str], *, predict: bool) -> ImportResult:
+    inputs_list = []
+    for where, record in records:
+        try:
+            inputs_list.append(validate_record(project, record))
+        except ValueError as exc:
+            errors.append(f"{where}: {exc}")
+    if errors:
+        raise ImportRejected(errors[:MAX_ERRORS], total=len(errors))
+    return create_items(project, inputs_list, predict=predict)
+
+
+def _blocks(stream, size: int = 1 << 16):
+    if hasattr(stream, "read"):
+        while block := stream.read(size):
+            yield block
+    else:
+        yield from stream
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not allowed in strict JSON")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
+    )
+
+
+def _size(n: int) -> str:
+    return f"{n / (1024 * 1024):.0f} MiB" if n >= 1024 * 1024 else f"{n} bytes"

@@ -1,0 +1,134 @@
+"""Imports: JSONL validated line by line, all or nothing, a size limit; predictions queued on commit."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from annotate import imports
+from annotate.models import ExperienceUpload, Item, ItemStatus
+
+pytestmark = pytest.mark.django_db
+
+
+def _jsonl(*records) -> io.BytesIO:
+    lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
+    return io.BytesIO(("\n".join(lines) + "\n").encode())
+
+
+def test_import_creates_pending_items_and_queues_predictions(project, django_capture_on_commit_callbacks,
+                                                             monkeypatch) -> None:
+    sent = []
+    monkeypatch.setattr("annotate.tasks.predict_items.delay", lambda *args: sent.append(args))
+    decision = {"question": "q", "evidence": [{"source_id": "a", "text": "t"}],
+                "hypotheses": [{"id": "x", "text": "one"}, {"id": "y", "text": "two"}]}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        result = imports.import_jsonl(project, _jsonl({"inputs": decision}, "", {"inputs": decision}))
+
+    assert result.count == 2
+    assert list(Item.objects.values_list("status", flat=True)) == [ItemStatus.PENDING] * 2
+    assert Item.objects.first().inputs == decision
+    assert sent == [(project.pk, result.item_ids, None)]
+
+
+def test_import_reports_bad_json_with_line_number_and_imports_nothing(project) -> None:
+    good = {"inputs": {"question": "q", "evidence": [], "hypotheses": [{"id": "x", "text": "one"}]}}
+
+    with pytest.raises(imports.ImportRejected) as caught:
+        imports.import_jsonl(project, _jsonl(good, '{"inputs": {"question": ', good))
+
+    assert caught.value.errors[0].startswith("line 2: not valid JSON")
+    assert not Item.objects.exists()
+
+
+def test_import_refuses_nan(project) -> None:
+    with pytest.raises(imports.ImportRejected, match="line 1: not valid JSON.*NaN"):
+        imports.import_jsonl(project, _jsonl('{"inputs": NaN}'))
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ({"input": {}}, "line 1: unknown field 'input'; allowed fields: inputs"),
+        ({}, "line 1: missing field 'inputs' (the tool's inputs for one example)"),
+        ([1, 2], "line 1: expected a JSON object like {\"inputs\": ...}, got a list"),
+    ],
+)
+def test_import_reports_wrong_fields(project, line, message) -> None:
+    with pytest.raises(imports.ImportRejected) as caught:
+        imports.import_jsonl(project, _jsonl(line))
+
+    assert caught.value.errors == [message]
+
+
+def test_import_reports_inputs_the_tool_rejects(project, django_capture_on_commit_callbacks) -> None:
+    good = {"question": "q", "evidence": [{"source_id": "a", "text": "t"}], "hypotheses": [{"id": "x", "text": "y"}]}
+    bad = {**good, "question": 42}
+
+    with pytest.raises(imports.ImportRejected) as caught:
+        imports.import_jsonl(project, _jsonl({"inputs": good}, {"inputs": good}, {"inputs": bad}))
+
+    assert len(caught.value.errors) == 1
+    assert caught.value.errors[0].startswith("line 3: ")
+    assert "question" in caught.value.errors[0]
+    assert not Item.objects.exists()
+
+
+def test_import_refuses_oversize_file_before_reading_it_all(project) -> None:
+    reads = []
+
+    class Stream(io.BytesIO):
+        def read(self, size=-1):
+            reads.append(size)
+            return super().read(size)
+
+    with pytest.raises(imports.ImportRejected, match="larger than the import limit of 1000 bytes"):
+        imports.import_jsonl(project, Stream(b"x" * 10**6), max_bytes=1000)
+
+    assert len(reads) == 1
+    assert not Item.objects.exists()
+
+
+def test_import_refuses_empty_file(project) -> None:
+    with pytest.raises(imports.ImportRejected, match="no items"):
+        imports.import_jsonl(project, io.BytesIO(b"\n\n"))
+
+
+def test_import_lists_at_most_twenty_errors_and_counts_the_rest(project) -> None:
+    with pytest.raises(imports.ImportRejected) as caught:
+        imports.import_jsonl(project, _jsonl(*(["not json"] * 30)))
+
+    assert len(caught.value.errors) == 20
+    assert caught.value.total == 30
+    assert "(and 10 more)" in str(caught.value)
+
+
+def test_import_records_names_item_index(project) -> None:
+    with pytest.raises(imports.ImportRejected) as caught:
+        imports.import_records(project, [{"inputs": {"question": 1}}])
+
+    assert caught.value.errors[0].startswith("items[0]: ")
+
+
+def test_import_records_refuses_non_list(project) -> None:
+    with pytest.raises(imports.ImportRejected, match="items: expected a list"):
+        imports.import_records(project, {"inputs": {}})
+
+
+def test_experience_upload_refuses_non_experience_json(project) -> None:
+    with pytest.raises(imports.ImportRejected, match="not an experience file"):
+        imports.upload_experience(project, None, io.BytesIO(b'{"format": "something-else"}'))
+    with pytest.raises(imports.ImportRejected, match="not a JSON experience file"):
+        imports.upload_experience(project, None, io.BytesIO(b"\x00\x01garbage"))
+
+    assert not ExperienceUpload.objects.exists()
+
+
+def test_experience_upload_refuses_oversize_file(project, settings) -> None:
+    settings.TC_EXPERIENCE_MAX_BYTES = 10
+
+    with pytest.raises(imports.ImportRejected, match="larger than the import limit"):
+        imports.upload_experience(project, None, io.BytesIO(b'{"format": "tensorcode.experience"}'))
