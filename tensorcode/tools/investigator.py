@@ -84,6 +84,17 @@ class Investigator(Tool):
     }
 
     @classmethod
+    def configuration_for_mode(cls, mode: str, configuration: dict) -> dict:
+        """A fresh Investigator for one mode builds only that mode's modules (unless ``modes`` is given)."""
+        configuration = dict(configuration)
+        modes = configuration.setdefault("modes", [mode])
+        if isinstance(modes, list) and mode not in modes:
+            raise ValueError(f"modes: {modes} does not include the mode {mode!r}")
+        if mode != "retrieval":
+            configuration.setdefault("retrieval_encoder", None)
+        return configuration
+
+    @classmethod
     def validate_configuration(cls, configuration: dict) -> dict:
         section = configuration.get("retrieval_encoder")
         if isinstance(section, dict):

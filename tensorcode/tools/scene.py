@@ -77,6 +77,12 @@ class Scene(Tool):
     }
 
     @classmethod
+    def configuration_for_mode(cls, mode: str, configuration: dict) -> dict:
+        if configuration.get("mode", mode) != mode:
+            raise ValueError(f"mode: configuration mode {configuration['mode']!r} differs from the mode {mode!r}")
+        return {**configuration, "mode": mode}
+
+    @classmethod
     def check_configuration(cls, configuration: dict) -> None:
         if configuration["mode"] not in (RANK, LANGUAGE):
             raise ValueError(f"mode: unknown mode {configuration['mode']!r}; Scene modes: {', '.join(MODES)}")
