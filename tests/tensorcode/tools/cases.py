@@ -29,7 +29,8 @@ def good(name: str, mode: str) -> tuple[object, object]:
         return {"goal": "restore service", "evidence": EVIDENCE}, "restart alpha"
     if (name, mode) == ("scene", "rank"):
         candidates = [{"id": "c", "text": "a red circle"}, {"id": "s", "text": "a blue square"}]
-        return {"pixels": _pixels(), "source_id": "image:1", "question": "what is shown?", "candidates": candidates}, "c"
+        inputs = {"pixels": _pixels(), "source_id": "image:1", "question": "what is shown?", "candidates": candidates}
+        return inputs, "c"
     if (name, mode) == ("scene", "language"):
         return {"pixels": _pixels(), "source_id": "image:1", "question": "what is shown?"}, "a red circle"
     if (name, mode) == ("chatbot", "reply"):

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from cases import good
 
 import tensorcode
 from tensorcode import tools
 from tensorcode.training import Trainer
-
-from cases import good
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[3]
@@ -50,7 +49,7 @@ def test_importing_the_registry_does_not_import_torch(tmp_path):
 @pytest.mark.parametrize("name", tools.names())
 def test_get_returns_the_class_registered_under_its_name(name):
     cls = tools.get(name)
-    assert issubclass(cls, tools.Tool) and cls.NAME == name
+    assert issubclass(cls, tools.Tool) and name == cls.NAME
 
 
 def test_get_refuses_an_unknown_name_listing_the_registered_ones():
