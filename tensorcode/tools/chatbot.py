@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .._atomic import write_atomic
+from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
 from ._decoding import log_probabilities
 from ._ranking import check_text
@@ -146,6 +147,9 @@ class Chatbot(Tool):
 
     def losses(self) -> dict:
         return {"chatbot.reply": self._reply_loss}
+
+    def evaluation_metrics(self) -> dict:
+        return {"chatbot.reply": lambda output, target: metrics.exact_match(self.generator, output["context"], target)}
 
     # -- internals -----------------------------------------------------------------------------------------
     def _context(self, texts: list[str]) -> torch.Tensor:

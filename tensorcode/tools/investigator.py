@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from . import _investigator_inputs as checks
+from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed
 from ._investigator_inputs import LABELS, MODES
 from ._proposal import Proposer
@@ -329,6 +330,15 @@ class Investigator(Tool):
             "verification": _verification_loss,
             "proposal": lambda output, target: self.proposer.loss(output, target),
             "retrieval": contrastive_loss,
+        }
+        return {f"{self.NAME}.{m}": available[m] for m in self._configuration["modes"]}
+
+    def evaluation_metrics(self) -> dict:
+        available = {
+            "rank": lambda output, target: metrics.top1(output["scores"], output["mask"], target),
+            "verification": lambda output, target: metrics.accuracy(output, target, LABELS),
+            "proposal": lambda output, target: metrics.exact_match(self.proposer.generator, output, target),
+            "retrieval": metrics.recall_at_1,
         }
         return {f"{self.NAME}.{m}": available[m] for m in self._configuration["modes"]}
 

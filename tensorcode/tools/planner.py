@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
 from ._decoding import beam_search
 from ._ranking import EvidenceRanker, check_ranking_input, check_text, ranking_receipt
@@ -167,6 +168,14 @@ class Planner(Tool):
 
     def losses(self) -> dict:
         return {"planner.outcomes": _outcome_loss, "planner.proposal": self._proposal_loss}
+
+    def evaluation_metrics(self) -> dict:
+        return {
+            "planner.outcome": lambda output, target: metrics.squared_error(
+                output["outcomes"], target["outcomes"], target["observed"]
+            ),
+            "planner.proposal": lambda output, target: metrics.exact_match(self.generator, output["context"], target),
+        }
 
     def outcome_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
         """The outcome-mode training loss of ``inputs``/``targets`` (same forms as ``capture``)."""
