@@ -7,10 +7,10 @@ torch is already in use.
 from ._operations import Operation, external, operation
 from ._refs import InputRef, OutputRef
 from ._trace import Trace, trace
-from .errors import ExperienceError, FingerprintError, TraceError
+from .errors import CheckpointError, ExperienceError, FingerprintError, StaleIndexError, ToolError, TraceError
 
 __all__ = [
-    "ExperienceError", "FingerprintError", "InputRef", "Operation", "OutputRef", "Trace", "TraceError",
-    "external", "operation", "trace",
+    "CheckpointError", "ExperienceError", "FingerprintError", "InputRef", "Operation", "OutputRef",
+    "StaleIndexError", "ToolError", "Trace", "TraceError", "external", "operation", "trace",
 ]
 __version__ = "0.1.0"

@@ -33,7 +33,7 @@ def describe(op: Any) -> dict:
         configuration = _json(own(), "configuration") if callable(own) else _module_fallback(op)
         replay = EXTERNAL if getattr(op, "tensorcode_external", False) else PURE
         return {
-            "type": qualified_name(type(op)),
+            "type": type_name(type(op)),
             "replay": replay,
             "configuration": configuration,
             "state": tensor_state(op),
@@ -42,6 +42,13 @@ def describe(op: Any) -> dict:
         f"{type(op).__qualname__} is not an operation: bind a torch.nn.Module or a callable declared with "
         "tensorcode.operation / tensorcode.external"
     )
+
+
+def type_name(cls: type) -> str:
+    """The stable name a fingerprint records for ``cls``: its own ``FINGERPRINT_TYPE`` (the library's tools and
+    their objective are named by registered name, never by module path), else its qualified class name."""
+    stable = cls.__dict__.get("FINGERPRINT_TYPE")
+    return stable if isinstance(stable, str) else qualified_name(cls)
 
 
 def qualified_name(cls: type) -> str:
@@ -127,7 +134,7 @@ def _module_fallback(module) -> dict:
                         f"module {path or type(module).__qualname__!r} attribute {attr!r} holds opaque behaviour "
                         f"state ({type(value).__qualname__}); give the module a configuration() method"
                     ) from exc
-        described[path] = {"type": qualified_name(type(sub)), "fields": fields}
+        described[path] = {"type": type_name(type(sub)), "fields": fields}
     return described
 
 

@@ -47,7 +47,7 @@ from .errors import CheckpointError
 
 __all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
 
-FORMAT = "tensorcode.checkpoint"
+FORMAT = "tensorcode-checkpoint"
 
 
 def save_checkpoint(path: str | os.PathLike, operations: Mapping, optimizer=None) -> None:

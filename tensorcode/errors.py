@@ -20,3 +20,12 @@ class FingerprintError(ValueError):
 
 class CheckpointError(ValueError):
     """A checkpoint could not be saved or loaded. The message names the problem; nothing was changed."""
+
+
+class ToolError(ValueError):
+    """A tool artifact (``tool.json`` and ``model.safetensors``) could not be loaded; the message names the
+    problem. ``load_pretrained`` and ``from_pretrained`` raise only this type for a bad artifact."""
+
+
+class StaleIndexError(RuntimeError):
+    """An episodic index was queried after the encoder that embedded its records changed; call ``rebuild()``."""

@@ -18,8 +18,10 @@ from ._fingerprint import describe, difference
 from ._operations import EXTERNAL, PURE
 from .errors import ExperienceError, FingerprintError, TraceError
 
-FORMAT = "tensorcode.experience"
+FORMAT = "tensorcode-experience"
 VERSION = 1
+# The id files had before formats stopped using dotted, module-like names; same layout, still read.
+_FORMER_FORMAT = "tensorcode.experience"
 _TOP = {"format", "version", "bindings", "roots", "calls", "supervisions"}
 _CALL = {"op", "kind", "args", "kwargs", "result"}
 _SUPERVISION = {"output", "target", "loss", "source"}
@@ -102,7 +104,7 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
         raise ExperienceError(f"{path}: cannot read experience file: {exc}") from exc
     document = _parse(text, path)
     _check_keys(document, _TOP, "experience file")
-    if document["format"] != FORMAT:
+    if document["format"] not in (FORMAT, _FORMER_FORMAT):
         raise ExperienceError(f"unknown format {document['format']!r}; expected {FORMAT!r}")
     if type(document["version"]) is not int or document["version"] != VERSION:
         raise ExperienceError(f"unsupported experience version {document['version']!r}; this library reads {VERSION}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,27 +16,13 @@ import torch
 from torch import nn
 
 from .._atomic import write_atomic
-from .._fingerprint import qualified_name
+from .._fingerprint import type_name
+from ..errors import ToolError
+from ._artifacts import MANIFEST, WEIGHTS, manifest_text, read_manifest, tool_directory
+from ._protocol import CapturePlan
+from ._registry import _CLASSES
 
-FORMAT = "tensorcode.tool"
-VERSION = 1
-MANIFEST = "tool.json"
-WEIGHTS = "model.safetensors"
-
-
-@dataclass(frozen=True)
-class CapturePlan:
-    """What ``Trainer.capture`` records: call ``operation`` with ``inputs``, supervise with ``target``/``loss``.
-
-    ``examples`` is the number of reviewed examples in the call, so one provenance string per example can be
-    checked against it.
-    """
-
-    operation: str
-    inputs: Any
-    target: Any
-    loss: str
-    examples: int
+__all__ = ["CapturePlan", "Tool"]
 
 
 class Tool(nn.Module):
@@ -50,6 +35,15 @@ class Tool(nn.Module):
 
     FIELDS: ClassVar[dict[str, Any]] = {}
     NAME: ClassVar[str] = "tool"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # The registered tools are fingerprinted by name, never by module path; other subclasses (a user's own
+        # tool, or a subclass of a registered one) keep their qualified class name.
+        registered = _CLASSES.get(cls.NAME)
+        package, _, module = cls.__module__.rpartition(".")
+        if registered == (module, cls.__qualname__) and package == __package__:
+            cls.FINGERPRINT_TYPE = f"tool:{cls.NAME}"
 
     def __init__(self, **configuration: Any):
         super().__init__()
@@ -82,6 +76,12 @@ class Tool(nn.Module):
     def check_configuration(cls, configuration: dict) -> None:
         """Subclass hook: raise ``ValueError`` naming a bad field value."""
 
+    @classmethod
+    def configuration_for_mode(cls, mode: str, configuration: dict) -> dict:
+        """The configuration of a fresh tool for ``mode`` (``tools.create``); tools with modes in their
+        configuration override it."""
+        return dict(configuration)
+
     def configuration(self) -> dict:
         return json.loads(json.dumps(self._configuration))
 
@@ -96,60 +96,51 @@ class Tool(nn.Module):
 
     # -- artifacts -----------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write ``tool.json`` (format, version, class, configuration) and ``model.safetensors`` atomically."""
+        """Write ``tool.json`` (format, version, registered name, configuration) and ``model.safetensors``."""
         from safetensors.torch import save
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().to("cpu").contiguous().clone() for k, v in self.state_dict().items()}
-        manifest = {
-            "format": FORMAT,
-            "version": VERSION,
-            "class": qualified_name(type(self)),
-            "configuration": self.configuration(),
-        }
         write_atomic(directory / WEIGHTS, save(state))
-        write_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+        write_atomic(directory / MANIFEST, manifest_text(self.NAME, self.configuration()))
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, *, device: str | torch.device = "cpu") -> Tool:
-        """Load a tool saved by ``save_pretrained`` of this same class, strictly."""
+        """Load a tool saved by ``save_pretrained`` of this same tool, strictly, in eval mode.
+
+        Raises ``ToolError`` (a ``ValueError``) naming the problem for any bad artifact.
+        """
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        directory = Path(directory)
-        if not directory.is_dir():
-            raise ValueError(f"{directory} is not a directory saved by save_pretrained (local paths only)")
+        directory = tool_directory(directory)
+        manifest = read_manifest(directory)
+        if manifest.tool != cls.NAME:
+            raise ToolError(f"{directory} holds a {manifest.tool!r} tool, not {cls.NAME!r}")
         try:
-            manifest = json.loads((directory / MANIFEST).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{directory / MANIFEST}: cannot read tool manifest: {exc}") from exc
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-            raise ValueError(f"{directory / MANIFEST}: not a {FORMAT} version {VERSION} manifest")
-        if manifest.get("class") != qualified_name(cls):
-            raise ValueError(f"{directory} holds a {manifest.get('class')} artifact, not {qualified_name(cls)}")
-        configuration = manifest.get("configuration")
-        if not isinstance(configuration, dict):
-            raise ValueError(f"{directory / MANIFEST}: configuration must be a mapping")
+            configuration = cls.validate_configuration(manifest.configuration)
+        except ValueError as exc:
+            raise ToolError(f"{directory / MANIFEST}: {exc}") from exc
         tool = cls(**configuration)
-        if tool.configuration() != cls.validate_configuration(configuration):
-            raise ValueError(f"{directory}: configuration does not round-trip through {cls.__name__}")
+        if tool.configuration() != configuration:
+            raise ToolError(f"{directory}: configuration does not round-trip through {cls.__name__}")
         try:
             state = load_file(str(directory / WEIGHTS))
         except (OSError, SafetensorError) as exc:
-            raise ValueError(f"{directory / WEIGHTS}: cannot read weights: {exc}") from exc
+            raise ToolError(f"{directory / WEIGHTS}: cannot read weights: {exc}") from exc
         expected = tool.state_dict()
         missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
         if missing or unexpected:
-            raise ValueError(f"{directory / WEIGHTS}: missing weights {missing}, unexpected weights {unexpected}")
+            raise ToolError(f"{directory / WEIGHTS}: missing weights {missing}, unexpected weights {unexpected}")
         for key, value in state.items():
             if value.shape != expected[key].shape or value.dtype != expected[key].dtype:
-                raise ValueError(
+                raise ToolError(
                     f"{directory / WEIGHTS}: {key} is {tuple(value.shape)} {value.dtype}, "
                     f"expected {tuple(expected[key].shape)} {expected[key].dtype}"
                 )
         tool.load_state_dict(state, strict=True)
-        return tool.to(device)
+        return tool.to(device).eval()
 
     # -- training protocol used by Trainer.from_tool -------------------------------------------------------
     def training_operations(self) -> dict[str, nn.Module]:
@@ -173,6 +164,12 @@ class Tool(nn.Module):
     def frozen_modules(self) -> list[nn.Module]:
         return []
 
+    def loss(self, inputs: Any, targets: Any) -> torch.Tensor:
+        """The training loss of ``inputs``/``targets`` (the forms ``capture`` takes), differentiable, computed
+        outside any trainer: the same validation, objective and loss as a captured step."""
+        plan = self.plan_capture(inputs, targets)
+        return self.losses()[plan.loss](self.objective(plan.inputs), plan.target)
+
     # -- subclass hooks ------------------------------------------------------------------------------------
     def objective(self, batch: Any) -> Any:  # pragma: no cover
         raise NotImplementedError
@@ -191,12 +188,14 @@ class _Objective(nn.Module):
     tool's submodule calls inside it are not recorded separately.
     """
 
+    FINGERPRINT_TYPE: ClassVar[str] = "tool-objective"
+
     def __init__(self, tool: Tool):
         super().__init__()
         self.tool = tool
 
     def configuration(self) -> dict:
-        return {"tool": qualified_name(type(self.tool)), "configuration": self.tool.configuration()}
+        return {"tool": type_name(type(self.tool)), "configuration": self.tool.configuration()}
 
     def forward(self, batch: Any) -> Any:
         return self.tool.objective(batch)

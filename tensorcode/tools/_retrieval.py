@@ -14,17 +14,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import StaleIndexError
 from ._investigator_inputs import records, text
 from ._text import TextEncoder, Tokenizer
 
-SNAPSHOT_FORMAT = "tensorcode.episodic-index"
+SNAPSHOT_FORMAT = "tensorcode-episodic-index"
 SNAPSHOT_VERSION = 1
 # Logits of query/document pairs from different reviewed groups: never compared, so never a negative.
 _UNRELATED = -1e4
-
-
-class StaleIndexError(RuntimeError):
-    """The episodic encoder changed after the index embedded its records."""
 
 
 class EpisodicEncoder(nn.Module):

@@ -11,14 +11,14 @@ import torch
 from torch import nn
 
 from .._atomic import write_atomic
-from .._fingerprint import qualified_name
+from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
 from ._decoding import log_probabilities
 from ._ranking import check_text
 from ._text import Generator, TextEncoder, Tokenizer
 
 MODES = ("reply",)
-CONVERSATION_FORMAT = "tensorcode.conversation"
+CONVERSATION_FORMAT = "tensorcode-conversation"
 CONVERSATION_VERSION = 1
 
 
@@ -148,6 +148,9 @@ class Chatbot(Tool):
     def losses(self) -> dict:
         return {"chatbot.reply": self._reply_loss}
 
+    def evaluation_metrics(self) -> dict:
+        return {"chatbot.reply": lambda output, target: metrics.exact_match(self.generator, output["context"], target)}
+
     # -- internals -----------------------------------------------------------------------------------------
     def _context(self, texts: list[str]) -> torch.Tensor:
         return self._encode(*self.tokenizer.batch(texts, self.device))
@@ -210,7 +213,7 @@ class Conversation:
         document = {
             "format": CONVERSATION_FORMAT,
             "version": CONVERSATION_VERSION,
-            "tool": qualified_name(type(self.bot)),
+            "tool": self.bot.NAME,
             "turns": self._turns,
         }
         write_atomic(path, json.dumps(document, indent=2, ensure_ascii=False))

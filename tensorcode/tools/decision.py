@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
 from ._ranking import (
     EvidenceRanker,
@@ -124,6 +125,9 @@ class Decision(Tool):
 
     def losses(self) -> dict:
         return {"decision.rank": _rank_loss}
+
+    def evaluation_metrics(self) -> dict:
+        return {"decision.rank": lambda output, target: metrics.top1(output["scores"], output["mask"], target)}
 
 
 def _rank_loss(output: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:

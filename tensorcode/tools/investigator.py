@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from . import _investigator_inputs as checks
+from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed
 from ._investigator_inputs import LABELS, MODES
 from ._proposal import Proposer
@@ -82,6 +83,17 @@ class Investigator(Tool):
         "beam_width": 4,
         "retrieval_encoder": dict(_RETRIEVAL_DEFAULTS),
     }
+
+    @classmethod
+    def configuration_for_mode(cls, mode: str, configuration: dict) -> dict:
+        """A fresh Investigator for one mode builds only that mode's modules (unless ``modes`` is given)."""
+        configuration = dict(configuration)
+        modes = configuration.setdefault("modes", [mode])
+        if isinstance(modes, list) and mode not in modes:
+            raise ValueError(f"modes: {modes} does not include the mode {mode!r}")
+        if mode != "retrieval":
+            configuration.setdefault("retrieval_encoder", None)
+        return configuration
 
     @classmethod
     def validate_configuration(cls, configuration: dict) -> dict:
@@ -318,6 +330,15 @@ class Investigator(Tool):
             "verification": _verification_loss,
             "proposal": lambda output, target: self.proposer.loss(output, target),
             "retrieval": contrastive_loss,
+        }
+        return {f"{self.NAME}.{m}": available[m] for m in self._configuration["modes"]}
+
+    def evaluation_metrics(self) -> dict:
+        available = {
+            "rank": lambda output, target: metrics.top1(output["scores"], output["mask"], target),
+            "verification": lambda output, target: metrics.accuracy(output, target, LABELS),
+            "proposal": lambda output, target: metrics.exact_match(self.proposer.generator, output, target),
+            "retrieval": metrics.recall_at_1,
         }
         return {f"{self.NAME}.{m}": available[m] for m in self._configuration["modes"]}
 

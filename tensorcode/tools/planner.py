@@ -8,12 +8,13 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
 from ._decoding import beam_search
 from ._ranking import EvidenceRanker, check_ranking_input, check_text, ranking_receipt
 from ._text import Generator, Tokenizer
 
-MODES = ("outcome", "proposal")
+MODES = ("outcomes", "proposal")
 PREFERENCES = ("max", "min")
 
 
@@ -27,10 +28,10 @@ class Planner(Tool):
     scores: how strongly the model prefers it) and ``attention`` over evidence ``source_id``s, and the
     selected plan's ``attention``. A list of inputs gives a list of receipts from one batched forward.
 
-    Modes, chosen by an envelope ``{"mode": ..., "inputs": ...}`` (plain inputs are ``outcome``):
+    Modes, chosen by an envelope ``{"mode": ..., "inputs": ...}`` (plain inputs are ``outcomes``):
 
-    - ``outcome``: targets are ``{"candidate_id": id, "outcome": number}`` (the loss covers that plan only) or
-      a list of one finite outcome per plan. Loss ``"planner.outcome"``: mean squared error over the observed
+    - ``outcomes``: targets are ``{"candidate_id": id, "outcome": number}`` (the loss covers that plan only) or
+      a list of one finite outcome per plan. Loss ``"planner.outcomes"``: mean squared error over the observed
       plans.
     - ``proposal``: inputs ``{"goal", "evidence"}`` (any ``plans`` are ignored); targets are reviewed plan
       text. Loss ``"planner.proposal"``: teacher-forced cross-entropy of the plan generator.
@@ -149,16 +150,16 @@ class Planner(Tool):
                 outcomes[b, k], observed[b, k] = value, 1.0
         return CapturePlan(
             self.NAME,
-            {"mode": "outcome", "examples": examples},
+            {"mode": "outcomes", "examples": examples},
             {"outcomes": outcomes, "observed": observed},
-            "planner.outcome",
+            "planner.outcomes",
             len(examples),
         )
 
     def objective(self, batch: Any) -> dict[str, torch.Tensor]:
-        """Outcome mode: ``{"outcomes": (batch, plans), "mask"}``; proposal: ``{"context": (batch, dim)}``."""
+        """Outcomes mode: ``{"outcomes": (batch, plans), "mask"}``; proposal: ``{"context": (batch, dim)}``."""
         mode = batch.get("mode") if isinstance(batch, dict) else None
-        if mode == "outcome":
+        if mode == "outcomes":
             outcomes, mask, _ = self._outcomes(batch["examples"])
             return {"outcomes": outcomes, "mask": mask}
         if mode == "proposal":
@@ -166,12 +167,20 @@ class Planner(Tool):
         raise ValueError(f"batch: unknown mode {mode!r}; expected a batch from Planner.prepare_capture")
 
     def losses(self) -> dict:
-        return {"planner.outcome": _outcome_loss, "planner.proposal": self._proposal_loss}
+        return {"planner.outcomes": _outcome_loss, "planner.proposal": self._proposal_loss}
+
+    def evaluation_metrics(self) -> dict:
+        return {
+            "planner.outcome": lambda output, target: metrics.squared_error(
+                output["outcomes"], target["outcomes"], target["observed"]
+            ),
+            "planner.proposal": lambda output, target: metrics.exact_match(self.generator, output["context"], target),
+        }
 
     def outcome_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
         """The outcome-mode training loss of ``inputs``/``targets`` (same forms as ``capture``)."""
         plan = self.plan_capture(inputs, targets)
-        if plan.loss != "planner.outcome":
+        if plan.loss != "planner.outcomes":
             raise ValueError("mode: outcome_loss takes outcome inputs; use proposal_loss for proposals")
         return _outcome_loss(self.objective(plan.inputs), plan.target)
 
@@ -187,7 +196,7 @@ class Planner(Tool):
     # -- internals -----------------------------------------------------------------------------------------
     def _examples(self, inputs: Any) -> tuple[str, list[dict], bool]:
         mode, inputs = open_envelope(inputs, MODES, "Planner")
-        mode = mode or "outcome"
+        mode = mode or "outcomes"
         single = not isinstance(inputs, (list, tuple))
         items = [inputs] if single else list(inputs)
         if not items:
@@ -199,7 +208,7 @@ class Planner(Tool):
                 field="inputs" if single else f"inputs[{i}]",
                 question_key="goal",
                 candidates_key="plans",
-                require_candidates=mode == "outcome",
+                require_candidates=mode == "outcomes",
             )
             if mode == "proposal":
                 del example["plans"]  # alternatives are not evidence for the generator

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 import torch
 from torch.nn import functional as F
 
+from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_positive, check_seed, open_envelope
 from ._text import Generator, TextEncoder, Tokenizer
 from ._vision import PatchAttention, PatchEncoder, check_pixels, resize
@@ -75,6 +76,12 @@ class Scene(Tool):
         "max_words": 32,
         "max_length": 64,
     }
+
+    @classmethod
+    def configuration_for_mode(cls, mode: str, configuration: dict) -> dict:
+        if configuration.get("mode", mode) != mode:
+            raise ValueError(f"mode: configuration mode {configuration['mode']!r} differs from the mode {mode!r}")
+        return {**configuration, "mode": mode}
 
     @classmethod
     def check_configuration(cls, configuration: dict) -> None:
@@ -266,6 +273,15 @@ class Scene(Tool):
         if self.mode == RANK:
             return {"scene.rank": self._rank_loss}
         return {"scene.language": self._language_loss}
+
+    def evaluation_metrics(self) -> dict:
+        if self.mode == RANK:
+            return {"scene.rank": lambda output, target: metrics.top1(output["scores"], output["mask"], target)}
+        return {
+            "scene.language": lambda output, target: metrics.exact_match(
+                self.generator, output["context"], [target] if isinstance(target, str) else list(target)
+            )
+        }
 
     def _rank_loss(self, output: dict, target: Any) -> torch.Tensor:
         scores = output["scores"]

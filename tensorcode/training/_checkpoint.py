@@ -51,7 +51,7 @@ from .._checkpoint_state import (
 )
 from ..errors import CheckpointError
 
-FORMAT = "tensorcode.training-checkpoint"
+FORMAT = "tensorcode-training-checkpoint"
 MANIFEST = "training.json"
 _TENSORS = re.compile(r"tensors-[0-9a-f]{32}\.safetensors")
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -446,7 +446,7 @@ def test_malformed_training_json_is_refused(saved):
 def test_another_format_version_is_refused(saved):
     trainer, directory = saved
     rewrite(directory, manifest=lambda r: r.update(version=2))
-    refuses(trainer, directory, "not a tensorcode.training-checkpoint version 1 file")
+    refuses(trainer, directory, "not a tensorcode-training-checkpoint version 1 file")
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,7 @@ def listing(directory: Path) -> list[str]:
 def test_save_writes_versioned_json_with_exactly_the_documented_fields(saved):
     document = json.loads(saved.read_text(encoding="utf-8"))
     assert set(document) == TOP_LEVEL
-    assert document["format"] == "tensorcode.experience" and document["version"] == 1
+    assert document["format"] == "tensorcode-experience" and document["version"] == 1
     assert sorted(document["bindings"]) == ["encoder", "head"]
     assert [c["op"] for c in document["calls"]] == ["encoder", "head"]
     assert document["calls"][1]["args"] == {"$": "tuple", "items": [{"$": "ref", "call": 0, "path": []}]}

@@ -196,7 +196,7 @@ def test_traced_program_saves_loads_and_trains_with_from_ops(program, tmp_path):
     operations = {"encoder": encoder, "head": head}
     path = tmp_path / "experience.json"
     session.save(path, operations=operations, release=True)
-    assert session.released and json.loads(path.read_text())["format"] == "tensorcode.experience"
+    assert session.released and json.loads(path.read_text())["format"] == "tensorcode-experience"
 
     experience = training.load_experience(path, operations=operations)
     assert experience.supervisions[0].source == "human:review-42"

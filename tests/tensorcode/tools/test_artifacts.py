@@ -59,9 +59,9 @@ def test_save_pretrained_writes_a_small_manifest_and_safetensors_only(cls, tmp_p
     assert sorted(os.listdir(tmp_path / "model")) == ["model.safetensors", "tool.json"]
     manifest = json.loads((tmp_path / "model" / "tool.json").read_text())
     assert manifest == {
-        "format": "tensorcode.tool",
+        "format": "tensorcode-tool",
         "version": 1,
-        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "tool": cls.NAME,
         "configuration": tool.configuration(),
     }
     restored = cls.from_pretrained(tmp_path / "model")
@@ -73,7 +73,7 @@ def test_save_pretrained_writes_a_small_manifest_and_safetensors_only(cls, tmp_p
 def test_from_pretrained_refuses_another_tools_artifact(cls, tmp_path):
     other = Decision if cls is not Decision else Planner
     other().save_pretrained(tmp_path / "other")
-    with pytest.raises(ValueError, match=f"holds a .*{other.__name__} artifact, not .*{cls.__name__}"):
+    with pytest.raises(ValueError, match=f"holds a '{other.NAME}' tool, not '{cls.NAME}'"):
         cls.from_pretrained(tmp_path / "other")
 
 

@@ -99,9 +99,9 @@ def test_history_turns_prepend_earlier_exchanges_to_the_model_input():
 
 def test_conversation_load_refuses_other_files(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps({"format": "tensorcode.tool", "version": 1}))
-    with pytest.raises(ValueError, match="not a tensorcode.conversation"):
+    with pytest.raises(ValueError, match="not a tensorcode-conversation"):
         Conversation.load(tmp_path / "other.json", Chatbot())
-    bad = {"format": "tensorcode.conversation", "version": 1, "tool": "x", "turns": [{"user": "hi"}]}
+    bad = {"format": "tensorcode-conversation", "version": 1, "tool": "x", "turns": [{"user": "hi"}]}
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(ValueError, match=r"turns\[0\]"):
         Conversation.load(tmp_path / "bad.json", Chatbot())
