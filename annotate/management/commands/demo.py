@@ -8,12 +8,10 @@ import subprocess
 import sys
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-DEMO_USERNAME = "admin"
-DEMO_PASSWORD = "admin"
+from annotate import demo
 
 
 def worker_command() -> list[str]:
@@ -35,8 +33,9 @@ def worker_command() -> list[str]:
 
 class Command(BaseCommand):
     help = (
-        "Migrate the database, create a demo admin user, then run a Celery worker and the development server "
-        "until interrupted. For local use only: refuses to run with DEBUG off."
+        "Migrate the database, create a demo admin and reviewer and one demo project per tool kind and mode "
+        "(each with a briefly trained model and items to review), then run a Celery worker and the development "
+        "server until interrupted. Safe to run again. For local use only: refuses to run with DEBUG off."
     )
 
     def add_arguments(self, parser):
@@ -46,15 +45,24 @@ class Command(BaseCommand):
             default="127.0.0.1:8000",
             help="Address and port for the web server (default 127.0.0.1:8000).",
         )
+        parser.add_argument(
+            "--no-serve", action="store_true", help="Only migrate and create the demo data, then exit."
+        )
 
-    def handle(self, *args, addrport: str, **options) -> None:
+    def handle(self, *args, addrport: str, no_serve: bool = False, **options) -> None:
         if not settings.DEBUG:
-            raise CommandError("demo creates a user with a known password; it runs only with DEBUG on.")
+            raise CommandError("demo creates users with known passwords; it runs only with DEBUG on.")
         host, port = _split_addrport(addrport)
-        _ensure_port_free(host, port)
+        if not no_serve:
+            _ensure_port_free(host, port)
         call_command("migrate", interactive=False, verbosity=0)
-        self._ensure_demo_user()
-        self.stdout.write(f"Sign in at http://{host}:{port}/ as {DEMO_USERNAME} / {DEMO_PASSWORD}")
+        demo.seed(log=self._say)
+        if no_serve:
+            return
+        self._say(
+            f"Sign in at http://{host}:{port}/ as {demo.ADMIN[0]} / {demo.ADMIN[1]} (project admin and staff) "
+            f"or {demo.REVIEWER[0]} / {demo.REVIEWER[1]} (reviewer)."
+        )
 
         worker = subprocess.Popen(worker_command(), cwd=settings.BASE_DIR)
         self.stdout.write(f"Celery worker started (pid {worker.pid})")
@@ -68,11 +76,9 @@ class Command(BaseCommand):
             _stop(worker)
             self.stdout.write("Celery worker stopped")
 
-    def _ensure_demo_user(self) -> None:
-        user, _ = get_user_model().objects.get_or_create(username=DEMO_USERNAME)
-        user.is_staff = user.is_superuser = True
-        user.set_password(DEMO_PASSWORD)
-        user.save()
+    def _say(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
 
 
 def _split_addrport(addrport: str) -> tuple[str, int]:
