@@ -44,6 +44,8 @@ def train(job_id: int, owner: str) -> str:
               log=f"training {len(files.train)} minibatches x {job.epochs} epochs on {device}")
         reporter = _Reporter(job.pk, owner)
         result = _run(job, tool, files, device, reporter)
+        if reporter.stalled:
+            return "stalled"  # the lease runs out and the sweep re-queues the job
         reporter.flush(force=True)
         if reporter.lost:
             return "lease lost"
@@ -100,9 +102,10 @@ def _run(job: TrainingJob, tool, files, device: str, reporter: _Reporter):
 class _Reporter:
     """The run's per-step callback: buffers loss points, writes them with a heartbeat every PROGRESS_SECONDS.
 
-    Returns True (stop, checkpoint first) when the job was cancelled or its lease lost. When the database does
-    not answer it retries, then keeps training and tries again at the next beat; if the lease would expire
-    before a beat gets through, it stops, so two workers never train one job at once.
+    Returns True (stop, checkpoint first) when the job was cancelled; raises LeaseLost (stop, no checkpoint) when
+    another worker holds the job now. When the database does not answer it retries, then keeps training and tries
+    again at the next beat; if the lease would expire before a beat gets through, it stops while the lease is
+    still its own, so two workers never train one job at once.
     """
 
     def __init__(self, job_id: int, owner: str):
@@ -110,7 +113,8 @@ class _Reporter:
         self.owner = owner
         self.step = 0
         self.points: list[LossPoint] = []
-        self.lost = False
+        self.lost = False  # another worker holds the job now
+        self.stalled = False  # the database did not answer for most of the lease: stop while it is still ours
         self.cancelled = False
         self._last_write = 0.0
         self._lease_deadline = time.monotonic() + lease.lease_seconds()
@@ -122,7 +126,10 @@ class _Reporter:
         self.points.append(LossPoint(job_id=self.job_id, step=report.step, epoch=report.epoch, loss=report.loss))
         if time.monotonic() - self._last_write >= min(PROGRESS_SECONDS, lease.heartbeat_seconds()):
             self.flush()
-        return self.lost or self.cancelled
+        if self.lost:
+            # Raised, not returned: the run then stops without writing the checkpoint that the new holder owns.
+            raise LeaseLost(f"job {self.job_id}: {self.owner} lost its lease at step {report.step}")
+        return self.stalled or self.cancelled
 
     def flush(self, *, force: bool = False) -> None:
         if self.lost:
@@ -139,7 +146,7 @@ class _Reporter:
             logger.warning("job %s: heartbeat failed (%s); training on, retrying at the next beat", self.job_id, exc)
             if time.monotonic() > self._lease_deadline - margin:
                 logger.warning("job %s: lease about to expire without a heartbeat; stopping", self.job_id)
-                self.lost = True
+                self.stalled = True
 
     def _write(self) -> None:
         started = time.monotonic()

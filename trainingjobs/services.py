@@ -32,7 +32,13 @@ def launch(
     """
     if base_version is None or base_version.project_id != project.pk:
         raise JobActionError("choose a model version of this project to start from")
+    from annotate import export
+
     values = defaults.for_tool(project.tool) | {k: v for k, v in settings.items() if v is not None}
+    try:
+        filters = export.validate_filters(filters)
+    except ValueError as exc:
+        raise JobActionError(str(exc)) from exc
     with transaction.atomic():
         records = list(snapshot.select_records(project, filters))
         train, held_out = snapshot.split(records, values["held_out_fraction"], values["seed"])
@@ -43,7 +49,7 @@ def launch(
             base_version=base_version,
             base_version_label=str(base_version),
             created_by=created_by,
-            filters=filters or {},
+            filters=filters,
             train_records=train,
             held_out_records=held_out,
             **values,

@@ -32,22 +32,20 @@ class Snapshot:
 
 
 def select_records(project, filters: dict | None = None):
-    """The current revision of every final target answer of `project` that `filters` keep, oldest item first.
+    """The current revision of each final target answer that the export `filters` select, by item.
 
-    Filters (all optional): `reviewers` (usernames), `answered_after` / `answered_before` (ISO datetimes, on
-    when the answer was last changed).
+    Filters are the export's (`annotate.export.validate_filters`; already validated).
     """
+    from annotate import export
     from annotate.models import AnswerKind, AnswerRevision
 
-    filters = filters or {}
-    answers = AnswerRevision.objects.filter(answer__item__project=project, answer__kind=AnswerKind.TARGET)
-    if filters.get("reviewers"):
-        answers = answers.filter(answer__reviewer__username__in=filters["reviewers"])
-    if filters.get("answered_after"):
-        answers = answers.filter(answer__updated_at__gte=filters["answered_after"])
-    if filters.get("answered_before"):
-        answers = answers.filter(answer__updated_at__lt=filters["answered_before"])
-    latest = answers.values("answer_id").annotate(last=Max("id")).values_list("last", flat=True)
+    answers = export.selected_answers(project, filters or {})
+    latest = (
+        AnswerRevision.objects.filter(answer__in=answers)
+        .values("answer_id")
+        .annotate(last=Max("id"))
+        .values_list("last", flat=True)
+    )
     return (
         AnswerRevision.objects.filter(pk__in=list(latest), kind=AnswerKind.TARGET)
         .select_related("answer__item")

@@ -11,8 +11,6 @@ from django.conf import settings
 from trainingjobs import lease, runner, services
 from trainingjobs.lease import TRANSIENT_DB_ERRORS
 
-REPREDICT_BATCH = 100
-
 _RETRY = {
     "autoretry_for": TRANSIENT_DB_ERRORS,
     "retry_backoff": 2,
@@ -39,7 +37,7 @@ def sweep_jobs() -> list[int]:
 def repredict_pending(project_id: int, version_id: int) -> int:
     """Queue predictions by the promoted version for the project's items not yet reviewed; returns how many."""
     from annotate.models import ItemStatus, Project
-    from annotate.tasks import predict_items
+    from annotate.tasks import enqueue_predictions
 
     project = Project.objects.filter(pk=project_id).first()
     if project is None or project.current_version_id != version_id:
@@ -49,6 +47,5 @@ def repredict_pending(project_id: int, version_id: int) -> int:
             "id", flat=True
         )
     )
-    for start in range(0, len(ids), REPREDICT_BATCH):
-        predict_items.delay(project_id, ids[start : start + REPREDICT_BATCH])
+    enqueue_predictions(project, ids, version_id)
     return len(ids)

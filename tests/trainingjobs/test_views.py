@@ -1,0 +1,158 @@
+"""Job pages: who may see them, launching, the polling fragment, cancel / resume / continue, promote."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from annotate.celery import app as celery_app
+from annotate.models import Item, ItemStatus
+from trainingjobs import runner, services
+from trainingjobs.models import JobState, TrainingJob
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def job(project, reviewed) -> TrainingJob:
+    return services.launch(project, base_version=project.current_version, epochs=2, minibatch_size=4)
+
+
+@pytest.fixture
+def finished(job) -> TrainingJob:
+    runner.train(job.pk, "worker-a")
+    job.refresh_from_db()
+    return job
+
+
+def test_reviewer_gets_403_and_outsider_404(client, job, reviewer, django_user_model) -> None:
+    client.force_login(reviewer)
+    assert client.get(reverse("trainingjobs:job", args=[job.pk])).status_code == 403
+    assert client.get(reverse("trainingjobs:project_jobs", args=["outages"])).status_code == 403
+    client.force_login(django_user_model.objects.create_user("olga"))
+    assert client.get(reverse("trainingjobs:job", args=[job.pk])).status_code == 404
+    assert client.post(reverse("trainingjobs:cancel", args=[job.pk])).status_code == 404
+
+
+def test_launch_form_shows_the_tool_kinds_defaults(client, admin, project) -> None:
+    client.force_login(admin)
+
+    response = client.get(reverse("trainingjobs:project_jobs", args=[project.slug]))
+
+    form = response.context["form"]
+    assert form["lr"].value() == 0.01 and form["optimizer"].value() == "adam"
+    assert form["base_version"].value() == project.current_version_id
+
+
+def test_launch_creates_a_queued_job_and_opens_its_page(client, admin, project, reviewed, monkeypatch,
+                                                        django_capture_on_commit_callbacks) -> None:
+    sent = []
+    monkeypatch.setattr("trainingjobs.tasks.train_job.delay", sent.append)
+    client.force_login(admin)
+    data = {"base_version": project.current_version_id, "epochs": 3, "lr": 0.02, "optimizer": "sgd",
+            "held_out_fraction": 0.25, "minibatch_size": 4, "seed": 7, "device": "cpu", "checkpoint_interval": 5}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("trainingjobs:project_jobs", args=[project.slug]), data)
+
+    job = TrainingJob.objects.get()
+    assert response.status_code == 302 and response["Location"] == reverse("trainingjobs:job", args=[job.pk])
+    assert sent == [job.pk]
+    assert (job.state, job.epochs, job.lr, job.optimizer, job.seed, job.created_by) == (
+        JobState.PENDING, 3, 0.02, "sgd", 7, admin)
+    assert len(job.held_out_records) == 3 and len(job.train_records) == 9
+
+
+def test_launch_without_reviewed_answers_says_so(client, admin, project) -> None:
+    client.force_login(admin)
+    data = {"base_version": project.current_version_id, "epochs": 3, "lr": 0.02, "optimizer": "sgd",
+            "held_out_fraction": 0.25, "minibatch_size": 4, "seed": 7, "device": "cpu", "checkpoint_interval": 5}
+
+    response = client.post(reverse("trainingjobs:project_jobs", args=[project.slug]), data)
+
+    assert response.status_code == 400
+    assert "no reviewed records match" in response.content.decode()
+    assert not TrainingJob.objects.exists()
+
+
+def test_status_fragment_polls_while_running_and_stops_with_286(client, admin, job) -> None:
+    client.force_login(admin)
+    url = reverse("trainingjobs:job", args=[job.pk])
+
+    polling = client.get(url, **HTMX)
+    assert polling.status_code == 200 and 'hx-trigger="every 1s"' in polling.content.decode()
+    assert "<html" not in polling.content.decode()
+
+    runner.train(job.pk, "worker-a")
+    final = client.get(url, **HTMX)
+    assert final.status_code == 286
+    assert "hx-trigger" not in final.content.decode() and "Succeeded" in final.content.decode()
+
+
+def test_job_page_shows_progress_curve_comparison_and_promote(client, admin, finished) -> None:
+    client.force_login(admin)
+
+    page = client.get(reverse("trainingjobs:job", args=[finished.pk])).content.decode()
+
+    assert f'<progress id="job-progress" value="{finished.total_steps}" max="{finished.total_steps}"' in page
+    assert '<svg id="loss-curve"' in page and "<polyline" in page
+    assert 'id="comparison"' in page and "Promote" in page
+    assert finished.worker_host in page
+
+
+def test_cancel_through_htmx_returns_the_fragment(client, admin, job) -> None:
+    client.force_login(admin)
+
+    response = client.post(reverse("trainingjobs:cancel", args=[job.pk]), **HTMX)
+
+    assert response.status_code == 200 and 'id="job-status"' in response.content.decode()
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED and job.cancel_requested
+
+
+def test_resume_and_continue_requeue(client, admin, finished, monkeypatch) -> None:
+    monkeypatch.setattr("trainingjobs.tasks.train_job.delay", lambda job_id: None)
+    client.force_login(admin)
+
+    response = client.post(reverse("trainingjobs:resume", args=[finished.pk]))
+    assert response.status_code == 302
+    assert TrainingJob.objects.get(pk=finished.pk).state == JobState.SUCCEEDED  # refused: nothing to resume
+
+    client.post(reverse("trainingjobs:continue", args=[finished.pk]), {"extra_epochs": 3})
+    finished.refresh_from_db()
+    assert finished.state == JobState.PENDING and finished.epochs == 5
+
+
+def test_promote_makes_the_version_current_and_queues_repredicting(
+    client, admin, project, finished, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    queued = []
+    monkeypatch.setattr("trainingjobs.tasks.repredict_pending.delay", lambda *args: queued.append(args))
+    client.force_login(admin)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("trainingjobs:promote", args=[finished.result_version_id]),
+                               {"job": finished.pk})
+
+    assert response.status_code == 302
+    project.refresh_from_db()
+    assert project.current_version_id == finished.result_version_id
+    assert queued == [(project.pk, finished.result_version_id)]
+    page = client.get(reverse("trainingjobs:job", args=[finished.pk])).content.decode()
+    assert "is the current model" in page
+
+
+def test_repredict_predicts_items_waiting_for_review_with_the_promoted_version(
+    project, finished, django_capture_on_commit_callbacks
+) -> None:
+    waiting = Item.objects.create(project=project, inputs=project.items.first().inputs, status=ItemStatus.READY)
+
+    celery_app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            services.promote(finished.result_version)
+    finally:
+        celery_app.conf.task_always_eager = False
+
+    waiting.refresh_from_db()
+    assert waiting.prediction.model_version_id == finished.result_version_id
