@@ -145,9 +145,9 @@ def upload_experience(project: Project, user, stream, *, name: str = "") -> Expe
         document = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ImportRejected([f"file: not a JSON experience file ({exc})"]) from exc
-    if not isinstance(document, dict) or document.get("format") != "tensorcode.experience":
+    if not isinstance(document, dict) or document.get("format") != "tensorcode-experience":
         raise ImportRejected(["file: not an experience file (expected a JSON object with "
-                              "\"format\": \"tensorcode.experience\", as saved by tensorcode)"])
+                              "\"format\": \"tensorcode-experience\", as saved by tensorcode)"])
     with transaction.atomic():
         upload = ExperienceUpload.objects.create(
             project=project, uploaded_by=user if getattr(user, "pk", None) else None,

@@ -18,20 +18,12 @@ from typing import Any
 import tensorcode
 from tensorcode import tools as _tools
 
-# The contract's registry functions are landing on main (lib-contract). Until `tensorcode.tools` has them, the
-# `_fallback_*` helpers at the bottom of this module stand in; they import torch and disappear with the merge.
-_REGISTRY = all(
-    callable(getattr(_tools, name, None))
-    for name in ("create", "load_pretrained", "predict", "validate_inputs", "validate_target")
-)
+# `tensorcode.tools` has the registry (names, MODES, create, get, load_pretrained, predict); the torch-free
+# validators (validate_inputs, validate_target) are still landing (lib-contract). Until they do, the
+# `_fallback_validate_*` helpers at the bottom stand in: they import torch, and go away with that merge.
+_VALIDATORS = callable(getattr(_tools, "validate_inputs", None)) and callable(getattr(_tools, "validate_target", None))
 
-TOOL_MODES: dict[str, tuple[str, ...]] = dict(getattr(_tools, "MODES", None) or {
-    "investigator": ("rank", "verification", "proposal", "retrieval"),
-    "decision": ("rank",),
-    "planner": ("outcomes", "proposal"),
-    "scene": ("rank", "language"),
-    "chatbot": ("reply",),
-})
+TOOL_MODES: dict[str, tuple[str, ...]] = {name: tuple(modes) for name, modes in _tools.MODES.items()}
 
 MAX_PREVIEW = 240  # characters of a value shown in a trace summary
 MAX_STEPS = 60  # submodule calls kept per traced prediction
@@ -54,7 +46,7 @@ def check_tool_mode(tool: str, mode: str) -> None:
 def validate_inputs(tool: str, mode: str, inputs: Any, configuration: dict | None = None) -> Any:
     """One example's inputs, normalized; `ValueError` naming the field when the tool would reject them."""
     check_tool_mode(tool, mode)
-    if _REGISTRY:
+    if _VALIDATORS:
         return _tools.validate_inputs(tool, mode, inputs, configuration=configuration or None)
     return _fallback_validate_inputs(tool, mode, inputs, configuration or {})
 
@@ -62,7 +54,7 @@ def validate_inputs(tool: str, mode: str, inputs: Any, configuration: dict | Non
 def validate_target(tool: str, mode: str, inputs: Any, target: Any, configuration: dict | None = None) -> Any:
     """The normalized target; `ValueError` with the trainer's own message when training would reject it."""
     check_tool_mode(tool, mode)
-    if _REGISTRY:
+    if _VALIDATORS:
         return _tools.validate_target(tool, mode, inputs, target, configuration=configuration or None)
     return _fallback_validate_target(tool, mode, inputs, target, configuration or {})
 
@@ -79,19 +71,14 @@ def to_json(value: Any) -> Any:
 def create_tool(tool: str, mode: str, configuration: dict):
     """A fresh, untrained tool of `configuration` for `mode`."""
     check_tool_mode(tool, mode)
-    if _REGISTRY:
-        return _tools.create(tool, mode=mode, **(configuration or {}))
-    return _fallback_create(tool, mode, configuration or {})
+    return _tools.create(tool, mode=mode, **(configuration or {}))
 
 
 def check_configuration(tool: str, mode: str, configuration: dict) -> dict:
     """The configuration with defaults, or `ValueError` naming the bad field (builds nothing)."""
     check_tool_mode(tool, mode)
-    cls = _tools.get(tool) if _REGISTRY and hasattr(_tools, "get") else _fallback_class(tool)
-    configuration = dict(configuration or {})
-    if tool == "scene":
-        configuration.setdefault("mode", mode)
-    return cls.validate_configuration(configuration)
+    cls = _tools.get(tool)
+    return cls.validate_configuration(cls.configuration_for_mode(mode, dict(configuration or {})))
 
 
 def materialize(version) -> None:
@@ -112,7 +99,7 @@ def load_version(version):
 
 @functools.lru_cache(maxsize=4)
 def _load_cached(path: str, _stamp: int):
-    tool = _tools.load_pretrained(path, device="cpu") if _REGISTRY else _fallback_load(path)
+    tool = _tools.load_pretrained(path, device="cpu")
     tool.eval()
     return tool
 
@@ -253,9 +240,7 @@ def _module_steps(tool) -> Iterator[list[dict]]:
 
 
 def _predict(tool, mode: str, inputs_list: list) -> list[dict]:
-    if _REGISTRY:
-        return list(_tools.predict(tool, mode, inputs_list))
-    return _fallback_predict(tool, mode, inputs_list)
+    return list(_tools.predict(tool, mode, inputs_list))
 
 
 # -- experience files ------------------------------------------------------------------------------------------
@@ -264,7 +249,7 @@ def trainer_for(version):
     from tensorcode import training
 
     materialize(version)
-    tool = _tools.load_pretrained(str(version.path), device="cpu") if _REGISTRY else _fallback_load(version.path)
+    tool = _tools.load_pretrained(str(version.path), device="cpu")
     return training.Trainer.from_tool(tool)
 
 
@@ -282,7 +267,7 @@ def trainer_for_project(project):
 
 def capture_experience(trainer, mode: str, inputs_list: list, targets: list, sources: list[str], path: Path) -> None:
     """Capture one minibatch (one source per example) with the trainer and save it as an experience file."""
-    envelope = {"mode": _library_mode(trainer.tool, mode), "inputs": list(inputs_list)}
+    envelope = {"mode": mode, "inputs": list(inputs_list)}
     session = trainer.capture(envelope, list(targets), source=list(sources))
     session.save(str(path), operations=trainer.operations, release=True)
 
@@ -324,45 +309,10 @@ def trainer_losses(trainer) -> list[str]:
     return list(trainer._losses) if hasattr(trainer, "_losses") else list(trainer.tool.training_losses())
 
 
-def _library_mode(tool, mode: str) -> str:
-    # The contract's mode names; the tool classes predating the registry call Planner's "outcomes" "outcome".
-    if not _REGISTRY and mode == "outcomes":
-        return "outcome"
-    return mode
-
-
-# -- fallback until tensorcode.tools has the registry (lib-contract); imports torch ---------------------------
-def _fallback_class(tool: str):
-    import importlib
-
-    check_tool_mode(tool, TOOL_MODES[tool][0])
-    module = importlib.import_module(f"tensorcode.tools.{tool}")
-    return getattr(module, tool.capitalize())
-
-
-def _fallback_create(tool: str, mode: str, configuration: dict):
-    configuration = dict(configuration)
-    if tool == "scene":
-        configuration.setdefault("mode", mode)
-    return _fallback_class(tool)(**configuration)
-
-
-def _fallback_load(path):
-    name = json.loads((Path(path) / "tool.json").read_text())["class"].rsplit(".", 1)[-1].lower()
-    return _fallback_class(name).from_pretrained(path, device="cpu")
-
-
+# -- fallback until tensorcode.tools has validate_inputs/validate_target (lib-contract); imports torch -------
 @functools.lru_cache(maxsize=8)
 def _fallback_instance(tool: str, mode: str, configuration_json: str):
-    return _fallback_create(tool, mode, json.loads(configuration_json))
-
-
-def _fallback_predict(tool, mode: str, inputs_list: list) -> list[dict]:
-    if type(tool).__name__ == "Chatbot":
-        return [tool.respond(text) for text in inputs_list]
-    if type(tool).__name__ == "Scene":
-        return list(tool(inputs_list))
-    return list(tool({"mode": _library_mode(tool, mode) if mode != "outcomes" else "outcome", "inputs": inputs_list}))
+    return create_tool(tool, mode, json.loads(configuration_json))
 
 
 def _fallback_validate_inputs(tool: str, mode: str, inputs: Any, configuration: dict) -> Any:
@@ -370,13 +320,11 @@ def _fallback_validate_inputs(tool: str, mode: str, inputs: Any, configuration: 
 
     instance = _fallback_instance(tool, mode, json.dumps(configuration, sort_keys=True))
     with torch.no_grad():
-        _fallback_predict(instance, mode, [inputs])
+        _tools.predict(instance, mode, [inputs])
     return to_json(inputs)
 
 
 def _fallback_validate_target(tool: str, mode: str, inputs: Any, target: Any, configuration: dict) -> Any:
     instance = _fallback_instance(tool, mode, json.dumps(configuration, sort_keys=True))
-    name = "outcome" if mode == "outcomes" else mode
-    envelope = inputs if tool == "scene" else {"mode": name, "inputs": [inputs]}
-    instance.prepare_capture(envelope if tool != "scene" else [inputs], [target])
+    instance.prepare_capture({"mode": mode, "inputs": [inputs]}, [target])
     return to_json(target)

@@ -131,4 +131,4 @@ def test_experience_upload_refuses_oversize_file(project, settings) -> None:
     settings.TC_EXPERIENCE_MAX_BYTES = 10
 
     with pytest.raises(imports.ImportRejected, match="larger than the import limit"):
-        imports.upload_experience(project, None, io.BytesIO(b'{"format": "tensorcode.experience"}'))
+        imports.upload_experience(project, None, io.BytesIO(b'{"format": "tensorcode-experience"}'))
