@@ -18,8 +18,6 @@ from annotate import tooling
 from annotate.models import ExportFormat, Project, Role
 from annotate.views import display
 
-MAX_IMPORT_BYTES = 20 * 1024 * 1024
-
 
 def tool_mode_choices() -> list[tuple[str, str]]:
     return [
@@ -117,18 +115,9 @@ class VersionForm(forms.Form):
 class ImportForm(forms.Form):
     file = forms.FileField(
         label="JSONL file of tool inputs",
-        help_text="One JSON object per line: the inputs of one item.",
+        help_text='One JSON object per line: {"inputs": ...}, the inputs of one item.',
         widget=forms.ClearableFileInput(attrs={"accept": ".jsonl,.json,.txt,application/json"}),
     )
-
-    def clean_file(self):
-        upload = self.cleaned_data["file"]
-        if upload.size > MAX_IMPORT_BYTES:
-            raise ValidationError(
-                f"The file is {upload.size / 1e6:.1f} MB; uploads are limited to {MAX_IMPORT_BYTES // 10**6} MB. "
-                "Split it, or use `manage.py import_items` or the JSON API."
-            )
-        return upload
 
 
 class ExportForm(forms.Form):
@@ -149,9 +138,9 @@ class ExportForm(forms.Form):
         data = self.cleaned_data
         found: dict[str, Any] = {}
         if data.get("reviewer"):
-            found["reviewer"] = data["reviewer"].get_username()
+            found["reviewers"] = [data["reviewer"].get_username()]
         if data.get("since"):
-            found["since"] = data["since"].isoformat()
+            found["after"] = f"{data['since'].isoformat()}T00:00:00+00:00"
         return found
 
 

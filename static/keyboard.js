@@ -83,6 +83,14 @@
     if (event.ctrlKey || event.metaKey || event.altKey || isTyping(target)) return;
 
     var scope = (target.closest && target.closest("[data-shortcut-scope]")) || ws;
+    if (event.key === "q" && ws.querySelector("[data-shortcut-scope]")) {
+      // Next query (relevance): focus the first document of the following group, wrapping around.
+      var scopes = Array.prototype.slice.call(ws.querySelectorAll("[data-shortcut-scope]"));
+      var next = scopes[(scopes.indexOf(scope) + 1) % scopes.length];
+      var first = next && next.querySelector("input");
+      if (first) { event.preventDefault(); first.focus(); }
+      return;
+    }
     var el = find(scope, event.key) || (scope !== ws && find(ws, event.key));
     if (!el) return;
     event.preventDefault();

@@ -36,6 +36,18 @@ EDITORS = {
     "outcome": "outcome",
 }
 
+# Tool mode -> the receipt kind it produces (CONTRACT.md), for receipts stored without a `kind`.
+KINDS = {
+    "rank": "ranking",
+    "outcomes": "outcome",
+    "outcome": "outcome",
+    "verification": "classification",
+    "retrieval": "retrieval",
+    "proposal": "generation",
+    "language": "generation",
+    "reply": "generation",
+}
+
 NLI_LABELS = (("entailment", "e"), ("neutral", "n"), ("contradiction", "c"))
 
 # Input fields shown as text, in this order, with the label a reviewer reads.
@@ -59,10 +71,10 @@ def editor_name(mode: str) -> str:
     return EDITORS.get(mode, "text")
 
 
-def receipt_template(receipt: dict | None) -> str | None:
+def receipt_kind(receipt: dict | None, mode: str = "") -> str | None:
     if not isinstance(receipt, dict):
         return None
-    return RECEIPT_TEMPLATES.get(receipt.get("kind"))
+    return receipt.get("kind") or KINDS.get(receipt.get("mode") or mode)
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -96,7 +108,8 @@ def inputs_view(inputs: Any, receipt: dict | None) -> dict:
     view: dict[str, Any] = {"fields": [], "evidence": [], "image": None, "raw": None, "lists": []}
     if not isinstance(inputs, dict):
         if isinstance(inputs, str):
-            view["fields"].append(_text_block("Message", "text", inputs, text_attention))
+            # Chatbot's input is the message itself; its receipt calls that source "input".
+            view["fields"].append(_text_block("Message", "input", inputs, text_attention))
         else:
             view["raw"] = _pretty(inputs)
         return view
@@ -190,18 +203,20 @@ def highlight(text: str, spans: list[dict], top: float | None = None) -> list[di
 # ---------------------------------------------------------------------------------------------- receipts
 
 
-def receipt_view(receipt: dict | None, inputs: Any = None) -> dict | None:
-    """The numbers one receipt partial prints."""
+def receipt_view(receipt: dict | None, inputs: Any = None, mode: str = "", confidence: Any = None) -> dict | None:
+    """The numbers one receipt partial prints (`mode` and `confidence` stand in where the receipt lacks them)."""
     if not isinstance(receipt, dict):
         return None
-    kind = receipt.get("kind")
+    kind = receipt_kind(receipt, mode)
+    confidence = receipt.get("confidence", confidence)
     view: dict[str, Any] = {
         "kind": kind,
         "tool": receipt.get("tool", ""),
-        "mode": receipt.get("mode", ""),
+        "mode": receipt.get("mode", mode),
         "model": receipt.get("model", ""),
-        "confidence": _percent(receipt.get("confidence")),
-        "template": receipt_template(receipt),
+        "confidence": _percent(confidence),
+        "template": RECEIPT_TEMPLATES.get(kind),
+        "json": _pretty(receipt),
     }
     if kind in ("ranking", "outcome"):
         view["candidates"] = _ranked(receipt, inputs)
@@ -242,13 +257,23 @@ def receipt_view(receipt: dict | None, inputs: Any = None) -> dict | None:
             for q in receipt.get("queries") or []
         ]
     elif kind == "generation":
-        view["text"] = receipt.get("text", "")
+        view["text"] = generated_text(receipt)
         view["alternatives"] = [
             {"text": c.get("text", ""), "score": f"{c['score']:.2f}" if _finite(c.get("score")) else ""}
             for c in receipt.get("candidates") or []
             if c.get("text") != receipt.get("text")
         ]
     return view
+
+
+def generated_text(receipt: Any) -> str:
+    """A generation receipt's answer (`text`; older receipts named it for their tool)."""
+    if not isinstance(receipt, dict):
+        return ""
+    for key in ("text", "description", "proposal", "reply"):
+        if isinstance(receipt.get(key), str):
+            return receipt[key]
+    return ""
 
 
 def _ranked(receipt: dict, inputs: Any) -> list[dict]:
@@ -377,7 +402,7 @@ def editor_view(mode: str, inputs: Any, receipt: dict | None, draft: Any = None)
     elif name == "relevance":
         view["queries"] = relevance_rows(inputs, receipt, draft)
     elif name == "text":
-        model_text = receipt.get("text", "") if isinstance(receipt, dict) else ""
+        model_text = generated_text(receipt)
         view["model_text"] = model_text
         view["text"] = draft if isinstance(draft, str) else model_text
         view["diff"] = word_diff(model_text, view["text"]) if view["text"] != model_text else []

@@ -29,9 +29,12 @@ def project_import(request: HttpRequest, slug: str) -> HttpResponse:
     from annotate import imports
 
     try:
-        result = imports.import_upload(project, form.cleaned_data["file"], user=request.user)
+        result = imports.import_jsonl(project, form.cleaned_data["file"])
     except imports.ImportRejected as exc:
-        messages.error(request, f"Nothing was imported. {exc}")
+        messages.error(request, f"Nothing was imported: {exc.total} problem{'s' if exc.total != 1 else ''} "
+                                "in the file. Fix them and upload it again.")
+        for error in exc.errors[:10]:
+            messages.error(request, error)
         return redirect("project_detail", slug=project.slug)
     messages.success(request, f"Imported {result.count} item{'s' if result.count != 1 else ''}; "
                               "the model's predictions are on their way.")
@@ -51,7 +54,7 @@ def export_create(request: HttpRequest, slug: str) -> HttpResponse:
     from annotate import export as exports
 
     try:
-        export = exports.request_export(
+        export = exports.create_export(
             project, request.user, format=form.cleaned_data["format"],
             minibatch_size=form.cleaned_data["minibatch_size"], filters=form.filters(),
         )
@@ -84,5 +87,5 @@ def export_download(request: HttpRequest, slug: str, pk: int) -> FileResponse:
         raise Http404("This export has not finished.")
     from annotate import export as exports
 
-    path = exports.download_path(export)
+    path = exports.archive_path(export)
     return FileResponse(path.open("rb"), as_attachment=True, filename=path.name)

@@ -16,7 +16,7 @@ TEXT_ATTENTION = {
     "type": "text",
     "sources": [
         {"source_id": "log", "weight": 0.8, "spans": [{"start": 4, "end": 12, "weight": 0.5},
-                                                      {"start": 24, "end": 31, "weight": 0.3}]},
+                                                      {"start": 28, "end": 35, "weight": 0.3}]},
         {"source_id": "ticket", "weight": 0.2, "spans": [{"start": 13, "end": 21, "weight": 0.2}]},
     ],
 }
@@ -46,6 +46,12 @@ def _ranking(tool: str, mode: str, ids: list[str], texts: list[str], probabiliti
     }
 
 
+def _outcome(receipt: dict, outcomes: list[float]) -> dict:
+    for candidate, outcome in zip(receipt["candidates"], outcomes, strict=True):
+        candidate["outcome"] = outcome
+    return {**receipt, "kind": "outcome", "prefer": "max"}
+
+
 SAMPLES: dict[tuple[str, str], dict] = {
     ("decision", "rank"): {
         "inputs": {"question": "Why did the service stop?", "evidence": EVIDENCE,
@@ -73,8 +79,8 @@ SAMPLES: dict[tuple[str, str], dict] = {
     ("planner", "outcomes"): {
         "inputs": {"goal": "Cut the page load time", "evidence": EVIDENCE,
                    "plans": [{"id": "cache", "text": "Add a cache"}, {"id": "cdn", "text": "Use a CDN"}]},
-        "receipt": {**_ranking("planner", "outcomes", ["cache", "cdn"], ["Add a cache", "Use a CDN"], [0.6, 0.4],
-                               TEXT_ATTENTION), "kind": "outcome", "prefer": "max"},
+        "receipt": _outcome(_ranking("planner", "outcomes", ["cache", "cdn"], ["Add a cache", "Use a CDN"],
+                                     [0.6, 0.4], TEXT_ATTENTION), [1.8, 1.4]),
         "target": {"candidate_id": "cache", "outcome": 2.5},
     },
     ("investigator", "verification"): {
@@ -135,7 +141,7 @@ SAMPLES: dict[tuple[str, str], dict] = {
         "target": "a red square on blue",
     },
     ("chatbot", "reply"): {
-        "inputs": {"text": "hello, is the service up?"},
+        "inputs": "hello, is the service up?",
         "receipt": {
             "kind": "generation", "tool": "chatbot", "mode": "reply", "model": "chatbot:abc", "confidence": 0.05,
             "attention": None, "text": "yes it is", "candidates": [{"text": "yes it is", "score": -4.0}],

@@ -1,0 +1,93 @@
+"""Browser tests: Playwright driving Debian's chromium against pytest-django's live server.
+
+Predictions and exports run in-process: Celery is switched to eager mode for these tests, so a task queued with
+`delay_on_commit` runs in the server thread as its transaction commits (no worker to wait on). Screenshots go
+to `$TC_TEST_ARTIFACTS/e2e/` (or pytest's temporary directory).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("TC_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+PASSWORD = "a-long-password"
+
+# The live server runs in a thread beside Playwright's event loop; Django's async guard would refuse the ORM.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    missing = None
+    if shutil.which(CHROMIUM) is None and not Path(CHROMIUM).exists():
+        missing = f"chromium not found at {CHROMIUM} (install Debian's chromium, or set TC_CHROMIUM)"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError:
+            missing = "the playwright package is not installed"
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.e2e)
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=missing))
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def artifacts(request, tmp_path_factory) -> Path:
+    """Where this test's screenshots go (kept after the run as test artifacts)."""
+    root = os.environ.get("TC_TEST_ARTIFACTS")
+    base = Path(root) / "e2e" if root else tmp_path_factory.getbasetemp() / "e2e"
+    path = base / re.sub(r"[^\w.-]+", "_", request.node.name)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def eager_celery(settings):
+    """Run Celery tasks in-process, when their transaction commits."""
+    from annotate.celery import app
+
+    previous = app.conf.task_always_eager, app.conf.task_eager_propagates
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    yield app
+    app.conf.task_always_eager, app.conf.task_eager_propagates = previous
+
+
+@pytest.fixture
+def page(browser, live_server, artifacts):
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.base_url = live_server.url
+    yield page
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def sign_in(page, username: str, password: str = PASSWORD) -> None:
+    page.goto(f"{page.base_url}/accounts/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{page.base_url}/")

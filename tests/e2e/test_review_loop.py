@@ -1,0 +1,236 @@
+"""A reviewer and an admin in a real browser: import, label with the keyboard only, skip, back, undo, export,
+and the export loads with `tensorcode.training.load_experience`."""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from annotate import imports, tooling
+from annotate.models import Answer, AnswerKind, Item, ItemStatus, Membership, ModelVersion, Project, Role
+from tests.annotate.ui_samples import sample
+from tests.e2e.conftest import PASSWORD, sign_in
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Small, fast configurations: these tests check the site, not the models.
+CONFIGURATIONS = {
+    "decision": {"dim": 8, "buckets": 64},
+    "investigator": {"dim": 8, "buckets": 64, "max_length": 16, "proposals": 2, "beam_width": 2,
+                     "retrieval_encoder": {"dim": 8, "frozen": False}},
+    "planner": {"dim": 8, "buckets": 64, "max_length": 16},
+    "scene": {"image_size": 8, "patch_size": 4, "channels": 4, "dim": 8, "heads": 1, "max_length": 16},
+    "chatbot": {"dim": 8, "buckets": 64, "max_length": 16},
+}
+KINDS = [("decision", "rank"), ("investigator", "rank"), ("investigator", "verification"),
+         ("investigator", "retrieval"), ("investigator", "proposal"), ("planner", "outcomes"),
+         ("planner", "proposal"), ("scene", "rank"), ("scene", "language"), ("chatbot", "reply")]
+
+
+def make_project(tool: str, mode: str, *members) -> Project:
+    project = Project.objects.create(slug=f"{tool}-{mode}", name=f"{tool.capitalize()} {mode}", tool=tool, mode=mode,
+                                     configuration=CONFIGURATIONS[tool],
+                                     guidelines="Read the evidence first. Pick what the evidence supports.")
+    for user, role in members:
+        Membership.objects.create(project=project, user=user, role=role)
+    project.current_version = ModelVersion.objects.allocate(project, label="untrained", trained=False)
+    project.save(update_fields=["current_version"])
+    return project
+
+
+def jsonl(tool: str, mode: str, count: int) -> bytes:
+    lines = []
+    for n in range(count):
+        inputs = sample(tool, mode)["inputs"]
+        for field in ("question", "goal", "text", "premise"):
+            if field in inputs:
+                inputs[field] = f"{inputs[field]} ({n})"
+        lines.append(json.dumps({"inputs": inputs}))
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.fixture
+def users(django_user_model):
+    admin = django_user_model.objects.create_user("ada", password=PASSWORD)
+    reviewer = django_user_model.objects.create_user("rita", password=PASSWORD)
+    return admin, reviewer
+
+
+def predicted_project(tool: str, mode: str, reviewer, count: int = 2) -> Project:
+    """A project whose items were imported and predicted in-process (the prediction task run directly)."""
+    from annotate import tasks
+
+    project = make_project(tool, mode, (reviewer, Role.REVIEWER))
+    try:
+        result = imports.import_jsonl(project, [jsonl(tool, mode, count)], predict=False)
+    except imports.ImportRejected as exc:
+        pytest.skip(f"{tool}/{mode}: the tool does not take the sample inputs as JSON yet ({exc})")
+    tasks.predict_items(project.pk, result.item_ids)
+    assert Item.objects.filter(project=project, status=ItemStatus.READY).count() == count
+    return project
+
+
+def start_reviewing(page, project: Project) -> None:
+    page.goto(f"{page.base_url}/projects/{project.slug}/")
+    page.get_by_role("button", name="Start reviewing").click()
+    page.wait_for_selector("#workspace[data-item]")
+
+
+def current_item(page) -> int:
+    return int(page.locator("#workspace").get_attribute("data-item"))
+
+
+def press_and_wait_for_next(page, key: str) -> None:
+    """Press `key` (which submits) and wait until htmx has swapped in another workspace."""
+    before = current_item(page)
+    page.keyboard.press(key)
+    page.wait_for_function(
+        "n => { const w = document.getElementById('workspace'); return w && w.dataset.item !== String(n); }",
+        arg=before,
+    )
+
+
+# -- one short test per tool kind's editor --------------------------------------------------------------------
+def _expected(project: Project, item: Item, mode: str):
+    receipt = item.prediction.receipt
+    if mode == "rank":
+        return item.inputs.get("hypotheses", item.inputs.get("candidates"))[1]["id"]
+    if mode == "verification":
+        return "contradiction"
+    if mode == "outcomes":
+        return {"candidate_id": item.inputs["plans"][0]["id"], "outcome": 2.5}
+    if mode in ("proposal", "language", "reply"):
+        return "reviewed text"
+    return receipt
+
+
+@pytest.mark.parametrize(("tool", "mode"), KINDS)
+def test_editor_by_keyboard(page, artifacts, users, tool, mode) -> None:
+    _, reviewer = users
+    project = predicted_project(tool, mode, reviewer)
+    sign_in(page, "rita")
+    start_reviewing(page, project)
+    item = Item.objects.select_related("prediction").get(pk=current_item(page))
+
+    if mode == "rank":
+        page.keyboard.press("2")
+    elif mode == "verification":
+        page.keyboard.press("c")
+    elif mode == "outcomes":
+        page.keyboard.press("1")
+        page.keyboard.type("2.5")
+    elif mode == "retrieval":
+        page.keyboard.press("3")  # toggles the third document of the first query
+        page.keyboard.press("q")  # on to the second query
+        if not page.locator("fieldset.relevance").nth(1).locator("input:checked").count():
+            page.keyboard.press("1")
+        groups = page.locator("fieldset.relevance")
+        expected_mask = [[box.is_checked() for box in groups.nth(q).locator("input").all()]
+                         for q in range(groups.count())]
+    else:
+        page.keyboard.press("t")
+        page.keyboard.press("Control+a")
+        page.keyboard.type("reviewed text")
+        assert page.locator("#text-diff ins").count() >= 1
+    page.screenshot(path=str(artifacts / f"{tool}-{mode}.png"), full_page=True)
+    press_and_wait_for_next(page, "Enter")
+
+    answer = Answer.objects.get(item=item, reviewer=reviewer)
+    assert answer.kind == AnswerKind.TARGET
+    assert answer.source == f"review:{project.slug}/{item.pk}/rita"
+    if mode == "retrieval":
+        assert answer.target == expected_mask and all(any(row) for row in expected_mask)
+    else:
+        assert answer.target == _expected(project, item, mode)
+
+
+# -- the whole loop ----------------------------------------------------------------------------------------------
+def test_import_label_skip_back_undo_export_and_load(page, artifacts, users, eager_celery, tmp_path) -> None:
+    admin, reviewer = users
+    project = make_project("decision", "rank", (admin, Role.ADMIN), (reviewer, Role.REVIEWER))
+
+    # The admin imports a JSONL file in the page; predictions run (eagerly) when the import commits.
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/{project.slug}/")
+    upload = tmp_path / "items.jsonl"
+    upload.write_bytes(jsonl("decision", "rank", 4))
+    page.get_by_label("JSONL file of tool inputs").set_input_files(str(upload))
+    page.get_by_role("button", name="Import").click()
+    page.get_by_text("Imported 4 items").wait_for()
+    assert Item.objects.filter(project=project, status=ItemStatus.READY).count() == 4
+    page.screenshot(path=str(artifacts / "project-after-import.png"), full_page=True)
+    page.get_by_role("button", name="Sign out").click()
+
+    # The reviewer labels with the keyboard only.
+    sign_in(page, "rita")
+    start_reviewing(page, project)
+    url_before = page.url
+    first = current_item(page)
+    page.screenshot(path=str(artifacts / "item-page.png"), full_page=True)
+    page.keyboard.press("1")
+    press_and_wait_for_next(page, "Enter")
+    assert page.url != url_before  # the address follows the item (hx-push-url)
+    second = current_item(page)
+
+    page.keyboard.press("s")
+    page.keyboard.type("Inputs are unclear")
+    press_and_wait_for_next(page, "Enter")
+    third = current_item(page)
+    assert Answer.objects.get(item_id=second, reviewer=reviewer).skip_reason == "Inputs are unclear"
+
+    page.keyboard.press("b")  # back to the skipped item
+    page.wait_for_function(f"document.getElementById('workspace').dataset.item === '{second}'")
+    page.keyboard.press("ArrowLeft")  # and back once more, to the first
+    page.wait_for_function(f"document.getElementById('workspace').dataset.item === '{first}'")
+    assert page.locator("input[name=choice]").first.is_checked()
+
+    page.keyboard.press("u")  # undo the last submission: the skip of the second item
+    page.wait_for_function(f"document.getElementById('workspace').dataset.item === '{second}'")
+    page.get_by_text("Undone").wait_for()
+    assert Answer.objects.get(item_id=second, reviewer=reviewer).kind == AnswerKind.DRAFT
+    page.keyboard.press("2")
+    press_and_wait_for_next(page, "Enter")
+    assert Answer.objects.get(item_id=second, reviewer=reviewer).target == "dns"
+    assert current_item(page) == third
+
+    page.keyboard.press("1")
+    press_and_wait_for_next(page, "Enter")
+    page.keyboard.press("2")
+    page.keyboard.press("Enter")
+    page.get_by_text("Nothing left to review").wait_for()
+    page.screenshot(path=str(artifacts / "queue-empty.png"), full_page=True)
+    assert Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET).count() == 4
+    page.get_by_role("button", name="Sign out").click()
+
+    # The admin exports experience files; the status fragment polls until the download link appears.
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/{project.slug}/")
+    page.get_by_label("Minibatch size").fill("3")
+    page.get_by_role("button", name="Export", exact=True).click()
+    link = page.get_by_role("link", name=re.compile(r"Download export \d+"))
+    link.wait_for()
+    page.screenshot(path=str(artifacts / "project-after-export.png"), full_page=True)
+    with page.expect_download() as download_info:
+        link.click()
+    archive = tmp_path / "export.zip"
+    download_info.value.save_as(archive)
+
+    from tensorcode.training import load_experience
+
+    with zipfile.ZipFile(archive) as zipped:
+        zipped.extractall(tmp_path / "export")
+    manifest = json.loads((tmp_path / "export" / "manifest.json").read_text())
+    trainer = tooling.trainer_for(project.current_version)
+    sources = []
+    for entry in manifest["files"]:
+        session = load_experience(str(tmp_path / "export" / entry["name"]), operations=trainer.operations)
+        for record in session.supervisions:
+            sources.extend(record.source if isinstance(record.source, tuple) else [record.source])
+    assert sorted(sources) == sorted(
+        f"review:{project.slug}/{pk}/rita" for pk in Item.objects.filter(project=project).values_list("pk", flat=True)
+    )
+    assert get_user_model().objects.count() == 2
