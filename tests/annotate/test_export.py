@@ -1,0 +1,147 @@
+"""Exports: experience files per minibatch that load with the project's tool, a flat JSONL, a manifest."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+
+from annotate import export as exports
+from annotate import queue, tasks, tooling
+from annotate.models import ExportFormat, ExportState
+from tensorcode import training
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def answered(ready_items, project, reviewer, second_reviewer):
+    """Five items answered: three by rita, two by sam."""
+    items = ready_items(project, [0.1, 0.2, 0.3, 0.4, 0.5])
+    for n, item in enumerate(items):
+        user = reviewer if n < 3 else second_reviewer
+        assert queue.claim_next(project, user) == item
+        assert queue.submit(item, user, "db" if n % 2 else [0.25, 0.75]).ok
+    return items
+
+
+def test_export_with_nothing_selected_is_refused(project, project_admin, answered) -> None:
+    with pytest.raises(exports.NothingSelected, match="nothing to export"):
+        exports.create_export(project, project_admin, filters={"reviewers": ["nobody"]})
+
+
+def test_export_of_project_without_answers_is_refused(project, project_admin) -> None:
+    with pytest.raises(exports.NothingSelected):
+        exports.create_export(project, project_admin)
+
+
+@pytest.mark.parametrize(
+    ("filters", "message"),
+    [
+        ({"colour": "red"}, "unknown key 'colour'"),
+        ({"confidence_min": 0.8, "confidence_max": 0.2}, "confidence_min is greater than confidence_max"),
+        ({"confidence_min": 3}, "outside 0..1"),
+        ({"after": "yesterday"}, "ISO 8601"),
+        ({"after": "2026-12-02T00:00:00Z", "before": "2026-12-01T00:00:00Z"}, "not earlier than"),
+        ({"item_status": "lost"}, "item_status"),
+    ],
+)
+def test_export_refuses_impossible_filters(project, project_admin, answered, filters, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        exports.create_export(project, project_admin, filters=filters)
+
+
+def test_export_refuses_bad_minibatch_size(project, project_admin, answered) -> None:
+    with pytest.raises(ValueError, match="minibatch_size"):
+        exports.create_export(project, project_admin, minibatch_size=0)
+
+
+def test_export_queues_its_task_on_commit(project, project_admin, answered, django_capture_on_commit_callbacks,
+                                          monkeypatch) -> None:
+    sent = []
+    monkeypatch.setattr("annotate.tasks.run_export.delay", lambda *args: sent.append(args))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        export = exports.create_export(project, project_admin, minibatch_size=2)
+
+    assert sent == [(export.pk,)]
+    assert (export.state, export.total, export.done) == (ExportState.PENDING, 5, 0)
+
+
+def test_experience_export_loads_with_the_projects_tool_and_keeps_every_source(
+    project, project_admin, answered
+) -> None:
+    export = exports.create_export(project, project_admin, minibatch_size=2, enqueue=False)
+
+    assert tasks.run_export(export.pk) == ExportState.SUCCEEDED
+
+    export.refresh_from_db()
+    assert (export.done, export.total, export.percent) == (5, 5, 100)
+    manifest = json.loads((export.directory / "manifest.json").read_text())
+    assert [f["examples"] for f in manifest["files"]] == [2, 2, 1]
+    assert (manifest["tool"], manifest["mode"], manifest["examples"]) == ("decision", "rank", 5)
+    trainer = tooling.trainer_for(project.current_version)
+    sources = []
+    for entry in manifest["files"]:
+        experience = training.load_experience(export.directory / entry["name"], operations=trainer.operations)
+        for record in experience.supervisions:
+            sources.extend(record.source if isinstance(record.source, tuple) else [record.source])
+    expected = [f"review:outages/{item.pk}/{'rita' if n < 3 else 'sam'}" for n, item in enumerate(answered)]
+    assert sources == expected
+    losses = trainer.fit(
+        [training.load_experience(export.directory / f["name"], operations=trainer.operations)
+         for f in manifest["files"]]
+    )
+    assert len(losses) == 3
+
+
+def test_export_writes_flat_jsonl_and_an_archive(project, project_admin, answered) -> None:
+    export = exports.create_export(project, project_admin, format=ExportFormat.JSONL, enqueue=False)
+
+    exports.run(export)
+
+    lines = [json.loads(line) for line in (export.directory / "answers.jsonl").read_text().splitlines()]
+    assert [line["item"] for line in lines] == [item.pk for item in answered]
+    assert set(lines[0]) == {"item", "inputs", "target", "source", "reviewer", "created_at", "updated_at"}
+    assert lines[0]["target"] == [0.25, 0.75] and lines[1]["target"] == "db"
+    assert lines[3]["reviewer"] == "sam"
+    with zipfile.ZipFile(exports.archive_path(export)) as archive:
+        assert sorted(archive.namelist()) == [f"export-{export.pk}/answers.jsonl", f"export-{export.pk}/manifest.json"]
+    assert not (export.directory / ".partial").exists()
+
+
+def test_export_filters_by_reviewer(project, project_admin, answered) -> None:
+    export = exports.create_export(project, project_admin, filters={"reviewers": "sam"}, enqueue=False)
+
+    exports.run(export)
+
+    export.refresh_from_db()
+    assert export.total == 2
+    assert export.filters == {"reviewers": ["sam"]}
+
+
+def test_finished_export_is_left_alone_when_run_again(project, project_admin, answered) -> None:
+    export = exports.create_export(project, project_admin, enqueue=False)
+    exports.run(export)
+    first = (export.directory / "manifest.json").read_bytes()
+
+    assert tasks.run_export(export.pk) == ExportState.SUCCEEDED
+    assert (export.directory / "manifest.json").read_bytes() == first
+
+
+def test_failed_export_records_the_reason(project, project_admin, answered, monkeypatch) -> None:
+    export = exports.create_export(project, project_admin, enqueue=False)
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tooling, "capture_experience", broken)
+
+    with pytest.raises(OSError):
+        exports.run(export)
+
+    export.refresh_from_db()
+    assert export.state == ExportState.FAILED
+    assert export.error == "OSError: disk full"
+    assert not (export.directory / "manifest.json").exists()
