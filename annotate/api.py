@@ -1,0 +1,207 @@
+"""The JSON API (under `/api/`), authenticated by API tokens only: `Authorization: Bearer <key>`.
+
+Session cookies are not accepted here, which is why these views are exempt from CSRF: a cross-site page cannot
+make the browser add the header. A token reaches the projects its user is a member of (or only the one project
+it is limited to); importing and exporting need the project's admin role.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+
+from django.db.models import Count
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from annotate import export as exports
+from annotate import imports
+from annotate.models import ApiToken, Export, Item, Project, Role
+
+
+def _error(status: int, message: str, **extra) -> JsonResponse:
+    response = JsonResponse({"error": message, **extra}, status=status)
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="api"'
+    return response
+
+
+def token_required(view: Callable) -> Callable:
+    """Authenticate the request's bearer token (401 otherwise) and pass the token to the view."""
+
+    @csrf_exempt
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args, **kwargs):
+        scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() not in ("bearer", "token") or not key.strip():
+            return _error(401, "authentication required: send 'Authorization: Bearer <API token>'")
+        token = ApiToken.objects.authenticate(key.strip())
+        if token is None:
+            return _error(401, "invalid or revoked API token")
+        return view(request, token, *args, **kwargs)
+
+    return wrapped
+
+
+def _reachable(token: ApiToken, slug: str) -> Project | None:
+    project = Project.objects.filter(slug=slug).first()
+    if project is None or not token.reaches(project):
+        return None
+    return project
+
+
+def _not_reachable(slug: str) -> JsonResponse:
+    return _error(404, f"no project {slug!r} that this token can reach")
+
+
+def _json_body(request: HttpRequest, limit: int):
+    """The parsed body, or a JsonResponse error (413 over `limit` bytes, 400 for bad JSON)."""
+    length = request.headers.get("Content-Length", "")
+    if length.isdigit() and int(length) > limit:
+        return _error(413, f"request body larger than the import limit of {limit} bytes; send fewer items per call")
+    try:
+        raw = imports.read_limited(request, limit)
+    except imports.ImportRejected:
+        return _error(413, f"request body larger than the import limit of {limit} bytes; send fewer items per call")
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=imports._refuse_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        return _error(400, f"the body is not valid JSON: {exc}")
+
+
+def project_json(project: Project) -> dict:
+    counts = dict(project.items.values_list("status").annotate(n=Count("id")).order_by())
+    return {
+        "slug": project.slug,
+        "name": project.name,
+        "tool": project.tool,
+        "mode": project.mode,
+        "overlap": project.overlap,
+        "current_version": project.current_version_id,
+        "items": counts,
+    }
+
+
+@require_GET
+@token_required
+def projects(request: HttpRequest, token: ApiToken) -> JsonResponse:
+    """`GET /api/projects`: the projects this token reaches."""
+    reachable = Project.objects.for_user(token.user)
+    if token.project_id:
+        reachable = reachable.filter(pk=token.project_id)
+    return JsonResponse({"projects": [project_json(p) for p in reachable]})
+
+
+@require_GET
+@token_required
+def project_detail(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
+    """`GET /api/projects/<slug>`: the project, its tool and mode, and item counts by status."""
+    project = _reachable(token, slug)
+    if project is None:
+        return _not_reachable(slug)
+    return JsonResponse(project_json(project))
+
+
+@require_http_methods(["POST"])
+@token_required
+def items(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
+    """`POST /api/projects/<slug>/items` with `{"items": [{"inputs": ...}, ...]}`: import them, all or nothing.
+
+    201 with the new item ids; 400 with `errors` (each naming `items[i]`) and nothing imported.
+    """
+    project = _reachable(token, slug)
+    if project is None:
+        return _not_reachable(slug)
+    if project.role_of(token.user) != Role.ADMIN:
+        return _error(403, f"importing into {slug!r} needs the project's admin role")
+    body = _json_body(request, imports.max_upload_bytes())
+    if isinstance(body, JsonResponse):
+        return body
+    if not isinstance(body, dict) or set(body) != {"items"}:
+        return _error(400, "expected a JSON object {\"items\": [{\"inputs\": ...}, ...]}",
+                      errors=["body: expected exactly one key 'items'"])
+    try:
+        result = imports.import_records(project, body["items"])
+    except imports.ImportRejected as exc:
+        return _error(400, "nothing was imported", errors=exc.errors, total_errors=exc.total)
+    return JsonResponse({"created": result.count, "ids": result.item_ids}, status=201)
+
+
+@require_GET
+@token_required
+def item_detail(request: HttpRequest, token: ApiToken, slug: str, item_id: int) -> JsonResponse:
+    """`GET /api/projects/<slug>/items/<id>`: inputs, status, the latest receipt, and the final answers."""
+    project = _reachable(token, slug)
+    if project is None:
+        return _not_reachable(slug)
+    item = Item.objects.filter(project=project, pk=item_id).select_related("prediction").first()
+    if item is None:
+        return _error(404, f"no item {item_id} in project {slug!r}")
+    answers = item.answers.filter(kind__in=("target", "skip")).select_related("reviewer").order_by("id")
+    is_admin = project.role_of(token.user) == Role.ADMIN
+    return JsonResponse({
+        "id": item.pk,
+        "status": item.status,
+        "inputs": item.inputs,
+        "confidence": item.confidence,
+        "receipt": item.prediction.receipt if item.prediction else None,
+        "answers": [
+            {"kind": a.kind, "target": a.target, "skip_reason": a.skip_reason, "source": a.source,
+             "reviewer": a.reviewer.get_username(), "updated_at": a.updated_at.isoformat()}
+            for a in answers if is_admin or a.reviewer_id == token.user_id
+        ],
+    })
+
+
+@require_POST
+@token_required
+def create_export(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
+    """`POST /api/projects/<slug>/exports` with `{"filters", "minibatch_size", "format"}`: start an export."""
+    project = _reachable(token, slug)
+    if project is None:
+        return _not_reachable(slug)
+    if project.role_of(token.user) != Role.ADMIN:
+        return _error(403, f"exporting from {slug!r} needs the project's admin role")
+    body = _json_body(request, 1024 * 1024)
+    if isinstance(body, JsonResponse):
+        return body
+    if not isinstance(body, dict):
+        return _error(400, "expected a JSON object")
+    unknown = sorted(set(body) - {"filters", "minibatch_size", "format"})
+    if unknown:
+        return _error(400, f"unknown field {unknown[0]!r}; valid fields: filters, format, minibatch_size")
+    try:
+        export = exports.create_export(
+            project, token.user, filters=body.get("filters"), minibatch_size=body.get("minibatch_size", 32),
+            format=body.get("format", "experience"),
+        )
+    except ValueError as exc:
+        return _error(400, str(exc))
+    return JsonResponse(export_json(export), status=202)
+
+
+@require_GET
+@token_required
+def export_detail(request: HttpRequest, token: ApiToken, export_id: int) -> JsonResponse:
+    """`GET /api/exports/<id>`: state and progress of an export of a project this token administers."""
+    export = Export.objects.filter(pk=export_id).select_related("project").first()
+    if export is None or not token.reaches(export.project) or export.project.role_of(token.user) != Role.ADMIN:
+        return _error(404, f"no export {export_id} that this token can reach")
+    return JsonResponse(export_json(export))
+
+
+def export_json(export: Export) -> dict:
+    return {
+        "id": export.pk,
+        "project": export.project.slug,
+        "state": export.state,
+        "format": export.format,
+        "minibatch_size": export.minibatch_size,
+        "filters": export.filters,
+        "done": export.done,
+        "total": export.total,
+        "error": export.error,
+        "files": export.files,
+    }

@@ -1,0 +1,18 @@
+"""URLs of the JSON API; the root URLconf includes them under `api/`."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from annotate import api
+
+app_name = "api"
+
+urlpatterns = [
+    path("projects", api.projects, name="projects"),
+    path("projects/<slug:slug>", api.project_detail, name="project"),
+    path("projects/<slug:slug>/items", api.items, name="items"),
+    path("projects/<slug:slug>/items/<int:item_id>", api.item_detail, name="item"),
+    path("projects/<slug:slug>/exports", api.create_export, name="exports"),
+    path("exports/<int:export_id>", api.export_detail, name="export"),
+]
