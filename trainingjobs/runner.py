@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import time
 from datetime import timedelta
 
@@ -22,7 +23,7 @@ from trainingjobs.models import JobState, LossPoint, TrainingJob
 logger = logging.getLogger(__name__)
 
 # Progress and loss points are written at most this often (plus once at the end): a step can take a millisecond.
-PROGRESS_SECONDS = 0.5
+PROGRESS_SECONDS = float(os.environ.get("TC_JOB_PROGRESS_SECONDS", 0.5))
 
 
 class JobFailed(Exception):
