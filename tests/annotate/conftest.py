@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import pytest
@@ -23,9 +22,6 @@ DECISION_INPUT = {
     ],
 }
 
-# The Redis database for this area's integration tests (CONTRACT.md: app-backend uses 11).
-REDIS_DB = int(os.environ.get("TC_TEST_REDIS_DB", "11"))
-REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 
 
 def decision_input(n: int = 0) -> dict:

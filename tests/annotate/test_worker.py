@@ -1,0 +1,137 @@
+"""Integration: PostgreSQL and a real Celery worker over Redis run predictions and exports; concurrent claims.
+
+The worker is a separate process sharing the test database and artifact directory, so these tests commit
+their rows (`transaction=True`). Tasks reach it through Redis at `TC_TEST_REDIS_URL` (app-backend uses db 11).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+from django.conf import settings
+from django.db import connection, connections
+
+from annotate import export as exports
+from annotate import imports, queue, tooling
+from annotate.management.commands.demo import worker_command
+from annotate.models import Claim, ExportState, Item, ItemStatus
+from tensorcode import training
+
+REDIS_URL = os.environ.get("TC_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    return f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@pytest.fixture
+def backend_redis_worker(tmp_path: Path, monkeypatch):
+    """A worker on the test database and artifact dir; `annotate.tasks` sends its tasks to it through Redis."""
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("CELERY_", "TC_"))}
+    env.update(
+        TC_DATABASE=_database_url(), TC_DATA_DIR=str(tmp_path / "data"), TC_ARTIFACT_DIR=str(settings.TC_ARTIFACT_DIR),
+        CELERY_BROKER_URL=REDIS_URL, CELERY_RESULT_BACKEND=REDIS_URL, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+    )
+    client = Celery("client", broker=REDIS_URL, backend=REDIS_URL)
+    for name in ("predict_items", "run_export"):
+        monkeypatch.setattr(f"annotate.tasks.{name}.delay",
+                            lambda *args, _name=name: client.send_task(f"annotate.tasks.{_name}", args=list(args)))
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(worker_command(), cwd=settings.BASE_DIR, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT)
+    try:
+        yield worker
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        print(log.read_text())  # shown by pytest only when the test failed
+
+
+@pytest.mark.redis
+def test_imported_items_are_predicted_by_a_real_worker(project, backend_redis_worker, wait_until) -> None:
+    inputs = {"question": "Why?", "evidence": [{"source_id": "log", "text": "refused"}],
+              "hypotheses": [{"id": "db", "text": "database"}, {"id": "dns", "text": "dns"}]}
+    lines = "\n".join(json.dumps({"inputs": {**inputs, "question": f"Why {n}?"}}) for n in range(70))
+
+    result = imports.import_jsonl(project, io.BytesIO(lines.encode()))
+
+    assert result.prediction_batches == 2
+    wait_until(lambda: not Item.objects.filter(status=ItemStatus.PENDING).exists(), timeout=180,
+               what="every imported item predicted")
+    item = Item.objects.select_related("prediction").first()
+    assert item.status == ItemStatus.READY
+    assert item.prediction.trace["operations"][0]["type"] == "Decision"
+    assert item.confidence == item.prediction.confidence
+
+
+@pytest.mark.redis
+def test_export_runs_on_a_real_worker_and_loads(project, reviewer, ready_items, project_admin,
+                                                backend_redis_worker, wait_until) -> None:
+    items = ready_items(project, [0.3, 0.1, 0.2])
+    for _ in items:
+        queue.submit(queue.claim_next(project, reviewer), reviewer, "db")
+
+    export = exports.create_export(project, project_admin, minibatch_size=2)
+
+    wait_until(lambda: type(export).objects.get(pk=export.pk).state in (ExportState.SUCCEEDED, ExportState.FAILED),
+               timeout=180, what="the export to finish")
+    export.refresh_from_db()
+    assert export.state == ExportState.SUCCEEDED, export.error
+    assert (export.done, export.total) == (3, 3)
+    trainer = tooling.trainer_for(project.current_version)
+    sources = []
+    for name in ("part-00001.json", "part-00002.json"):
+        for record in training.load_experience(export.directory / name, operations=trainer.operations).supervisions:
+            sources.extend(record.source)
+    assert sources == [f"review:outages/{pk}/rita" for pk in (items[1].pk, items[2].pk, items[0].pk)]
+
+
+def test_concurrent_claims_never_give_an_item_to_two_reviewers(project, ready_items, django_user_model) -> None:
+    from annotate.models import Membership
+
+    ready_items(project, [0.1 * n for n in range(6)])
+    users = [django_user_model.objects.create_user(f"r{n}") for n in range(12)]
+    for user in users:
+        Membership.objects.create(project=project, user=user)
+    start = threading.Barrier(len(users))
+    claimed: dict[str, int | None] = {}
+    errors: list[BaseException] = []
+
+    def claim(user) -> None:
+        try:
+            start.wait()
+            item = queue.claim_next(project, user)
+            claimed[user.username] = item.pk if item else None
+        except BaseException as exc:  # reported below; a thread cannot fail the test itself
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claim, args=(user,)) for user in users]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert not errors
+    got = [pk for pk in claimed.values() if pk is not None]
+    assert len(got) == len(set(got)) == 6
+    assert Claim.objects.count() == 6
