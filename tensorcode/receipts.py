@@ -61,7 +61,7 @@ CANDIDATE_KEYS: dict[str, tuple[str, ...]] = {
     "classification": ("id", "score", "probability", "calibrated_probability"),
     "generation": ("text", "score"),
 }
-# Which kind each tool's mode returns. Planner's outcome mode is listed under both spellings it has had.
+# Which kind each tool's mode returns (the modes of ``tensorcode.tools.MODES``).
 KIND_OF_MODE: dict[tuple[str, str], str] = {
     ("investigator", "rank"): "ranking",
     ("investigator", "verification"): "classification",
@@ -69,7 +69,6 @@ KIND_OF_MODE: dict[tuple[str, str], str] = {
     ("investigator", "retrieval"): "retrieval",
     ("decision", "rank"): "ranking",
     ("planner", "outcomes"): "outcome",
-    ("planner", "outcome"): "outcome",
     ("planner", "proposal"): "generation",
     ("scene", "rank"): "ranking",
     ("scene", "language"): "generation",

@@ -27,7 +27,7 @@ def _validate(receipt: dict) -> None:
 def _examples() -> dict[str, dict]:
     return {
         "ranking": receipts.ranking("decision", "rank", "decision:0", CANDIDATES, [1.0, 2.0], [TEXT, None]),
-        "outcome": receipts.outcome("planner", "outcome", "planner:0", CANDIDATES, [3.0, 1.0], "min", [TEXT, TEXT]),
+        "outcome": receipts.outcome("planner", "outcomes", "planner:0", CANDIDATES, [3.0, 1.0], "min", [TEXT, TEXT]),
         "classification": receipts.classification(
             "investigator", "verification", "investigator:0", ["entailment", "neutral", "contradiction"],
             [2.0, 0.0, -1.0], [0.6, 0.3, 0.1], 1.5,

@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 import torch
 
+import tensorcode.tools as tools
 from tensorcode import receipts
 from tensorcode.tools.chatbot import Chatbot
 from tensorcode.tools.decision import Decision
@@ -41,7 +42,7 @@ CASES = [
     ("investigator", "retrieval", lambda: Investigator(modes=["retrieval"]),
      lambda t: t({"mode": "retrieval", "inputs": {"queries": ["disk"], "documents": ["a", "b c"]}})),
     ("decision", "rank", lambda: Decision(), lambda t: t(RANK)),
-    ("planner", "outcome", lambda: Planner(max_length=8), lambda t: t(PLAN)),
+    ("planner", "outcomes", lambda: Planner(max_length=8), lambda t: t(PLAN)),
     ("planner", "proposal", lambda: Planner(max_length=8), lambda t: t({"mode": "proposal", "inputs": PLAN})),
     ("scene", "rank", lambda: Scene(), lambda t: t({**IMAGE, "candidates": CANDIDATES})),
     ("scene", "language", lambda: Scene(mode="language", max_length=8), lambda t: t(IMAGE)),
@@ -120,3 +121,24 @@ def test_non_finite_weights_give_a_clear_error_not_a_receipt_with_nan(tool, mode
             parameter.fill_(float("nan"))
     with pytest.raises(ValueError, match="non-finite"):
         call(model)
+
+
+def test_every_registered_tool_and_mode_has_a_receipt_kind_and_a_case_here():
+    registered = {(name, mode) for name in tools.names() for mode in tools.MODES[name]}
+    assert registered == set(receipts.KIND_OF_MODE) == {(tool, mode) for tool, mode, _, _ in CASES}
+
+
+@pytest.mark.parametrize(("tool", "mode", "make", "call"), CASES, ids=IDS)
+def test_predict_by_name_returns_valid_receipts(tool, mode, make, call):
+    model = make()
+    inputs = {
+        "investigator": {"rank": RANK, "verification": {"premise": "Disk full.", "hypothesis": "No space."},
+                         "proposal": {"question": "Why?"}, "retrieval": {"queries": ["q"], "documents": ["d"]}},
+        "decision": {"rank": RANK},
+        "planner": {"outcomes": PLAN, "proposal": PLAN},
+        "scene": {"rank": {**IMAGE, "candidates": CANDIDATES}, "language": IMAGE},
+        "chatbot": {"reply": "When does the pool open?"},
+    }[tool][mode]
+    for receipt in tools.predict(model, mode, [inputs, inputs]):
+        jsonschema.validate(json.loads(json.dumps(receipt, allow_nan=False)), SCHEMA)
+        assert (receipt["tool"], receipt["mode"], receipt["kind"]) == (tool, mode, receipts.kind_of(tool, mode))
