@@ -11,7 +11,8 @@ Investigator's ranking mode). Three pieces, each usable alone:
   (:class:`RankingOutput`), and :meth:`EvidenceRanker.context` summarises a question and its evidence into one
   vector (for a generator).
 - training and receipts: :func:`soft_cross_entropy` (cross-entropy against target distributions, padding
-  ignored), :func:`distribution_tensor` and :func:`ranking_receipt` (the JSON-safe receipt a reviewer reads).
+  ignored), :func:`distribution_tensor`, and :func:`ranking_receipt` / :func:`candidate_attention` (the
+  ``ranking`` receipt a reviewer reads, with attention per source and per word).
 
 How a candidate is scored: a source's relevance to the question and a candidate's match with a source are
 token-level soft matches (each query token's best-matching source token, as in ColBERT's late interaction), so
@@ -32,12 +33,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import receipts
+from ._receipts import model_id, text_attention
 from ._text import TextEncoder, Tokenizer
 
 __all__ = [
     "NEGATIVE",
     "EvidenceRanker",
     "RankingOutput",
+    "candidate_attention",
     "check_ranking_input",
     "check_ranking_target",
     "check_text",
@@ -186,7 +190,9 @@ class RankingOutput:
     ``source_mask`` (batch, S) are boolean. ``attention`` (batch, K, S): per candidate, a distribution over
     its example's sources (all zero without evidence). ``relevance`` (batch, S): attention of the question
     alone. ``features`` (batch, K, feature_dim): candidate, question, attended evidence and their product, for
-    heads that predict something other than a ranking score (Planner's outcomes).
+    heads that predict something other than a ranking score (Planner's outcomes). ``words`` (batch, K, S,
+    words), only when asked for: per candidate and source, each source word's share of the question and
+    candidate words whose best match in that source it is (the words the score read), summing to one.
     """
 
     scores: torch.Tensor
@@ -195,6 +201,7 @@ class RankingOutput:
     source_mask: torch.Tensor
     relevance: torch.Tensor
     features: torch.Tensor
+    words: torch.Tensor | None = None
 
 
 class EvidenceRanker(nn.Module):
@@ -228,8 +235,13 @@ class EvidenceRanker(nn.Module):
             for layer in (self.question_key, self.source_key, self.candidate_key, self.source_value):
                 layer.weight.add_(torch.eye(dim))
 
-    def forward(self, questions: list[str], evidence: list[list[str]], candidates: list[list[str]]) -> RankingOutput:
-        """Score ``candidates[b]`` (texts) for ``questions[b]`` given the source texts ``evidence[b]``."""
+    def forward(
+        self, questions: list[str], evidence: list[list[str]], candidates: list[list[str]], *, words: bool = False
+    ) -> RankingOutput:
+        """Score ``candidates[b]`` (texts) for ``questions[b]`` given the source texts ``evidence[b]``.
+
+        With ``words=True`` the output also holds the word-level attention a receipt reports.
+        """
         question, question_tokens, question_mask = self._encode_flat(questions)
         sources, source_tokens, token_mask, source_mask = self._encode_groups(evidence)
         cands, cand_tokens, cand_tokens_mask, cand_mask = self._encode_groups(candidates)
@@ -257,16 +269,38 @@ class EvidenceRanker(nn.Module):
         attended = attention @ self.source_value(sources)  # (batch, K, dim)
         features = torch.cat([cands, q, attended, cands * attended], dim=-1)  # (batch, K, 4 * dim)
         relevance_weights = _masked_softmax(relevance, source_mask)
-        return RankingOutput(scores, cand_mask, attention, source_mask, relevance_weights, features)
+        chosen = None
+        if words:
+            asked = _choices(
+                self.question_key(question_tokens).unsqueeze(1), question_mask.unsqueeze(1),
+                self.source_key(source_tokens), token_mask,
+            )  # (batch, S, words)
+            matched = _choices(
+                self.candidate_key(cand_tokens).unsqueeze(2), cand_tokens_mask.unsqueeze(2),
+                self.source_key(source_tokens).unsqueeze(1), token_mask.unsqueeze(1),
+            )  # (batch, K, S, words)
+            chosen = _normalized(asked.unsqueeze(1) + matched)
+        return RankingOutput(scores, cand_mask, attention, source_mask, relevance_weights, features, chosen)
 
-    def context(self, questions: list[str], evidence: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(context (batch, dim), attention (batch, S))``: the question plus the evidence it attends to."""
+    def context(self, questions: list[str], evidence: list[list[str]], *, words: bool = False):
+        """``(context (batch, dim), attention (batch, S))``: the question plus the evidence it attends to.
+
+        With ``words=True`` a third item: (batch, S, words), each source word's share of the question words
+        whose best match in that source it is.
+        """
         question, question_tokens, question_mask = self._encode_flat(questions)
         sources, source_tokens, token_mask, source_mask = self._encode_groups(evidence)
         relevance = self._relevance(question_tokens, question_mask, sources, source_tokens, token_mask)
         attention = _masked_softmax(relevance, source_mask)  # (batch, S)
         attended = (attention.unsqueeze(-1) * self.source_value(sources)).sum(1)  # (batch, dim)
-        return torch.tanh(question + attended), attention
+        context = torch.tanh(question + attended)
+        if not words:
+            return context, attention
+        chosen = _choices(
+            self.question_key(question_tokens).unsqueeze(1), question_mask.unsqueeze(1),
+            self.source_key(source_tokens), token_mask,
+        )
+        return context, attention, _normalized(chosen)
 
     def _relevance(self, question_tokens, question_mask, sources, source_tokens, token_mask) -> torch.Tensor:
         """(batch, S): how well each source answers the question, plus how informative it is on its own."""
@@ -328,6 +362,23 @@ def _late_interaction(queries, query_mask, keys, key_mask) -> torch.Tensor:
     return (best * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
 
 
+def _choices(queries, query_mask, keys, key_mask) -> torch.Tensor:
+    """How many query tokens pick each key token as their best match (what :func:`_late_interaction` reads).
+
+    Same arguments as :func:`_late_interaction`; returns (..., Lk) counts, zero at padded keys.
+    """
+    sims = queries.unsqueeze(-2) @ keys.unsqueeze(-3).transpose(-1, -2)  # (..., Lq, 1, Lk)
+    sims = sims.squeeze(-2).masked_fill(~key_mask.unsqueeze(-2), NEGATIVE)  # (..., Lq, Lk)
+    picked = torch.nn.functional.one_hot(sims.argmax(-1), sims.shape[-1]).to(sims.dtype)  # (..., Lq, Lk)
+    picked = picked * query_mask.unsqueeze(-1).to(sims.dtype) * key_mask.unsqueeze(-2).to(sims.dtype)
+    return picked.sum(-2)
+
+
+def _normalized(counts: torch.Tensor) -> torch.Tensor:
+    """Counts over the last dimension as shares summing to one (all zero where there are none)."""
+    return counts / counts.sum(-1, keepdim=True).clamp(min=1.0)
+
+
 # -- training and receipts -----------------------------------------------------------------------------------
 def distribution_tensor(distributions: list[list[float]], width: int | None = None) -> torch.Tensor:
     """Right-pad per-example distributions with zeros into a float32 ``(batch, width)`` tensor."""
@@ -350,39 +401,22 @@ def soft_cross_entropy(scores: torch.Tensor, mask: torch.Tensor, target: torch.T
     return -(target * log_probs).sum(-1).mean()
 
 
-def ranking_receipt(
-    candidates: list[dict],
-    source_ids: list[str],
-    scores: Sequence[float],
-    attention: Sequence[Sequence[float]],
-    *,
-    id_key: str = "id",
-    extra: Sequence[dict] | None = None,
-) -> dict:
-    """The JSON-safe receipt of one ranked example.
+def candidate_attention(tokenizer: Tokenizer, evidence: list[dict], output: RankingOutput, b: int) -> list:
+    """Text attention of each candidate of example ``b`` over its ``evidence`` (``None`` without evidence).
 
-    ``{"selected_id", "selected_index", "candidates": [{"id", "score", "probability", "attention"}],
-    "attention"}`` where each candidate's ``attention`` maps ``source_id`` to weight and the top-level
-    ``attention`` is the selected candidate's. ``extra[k]`` entries are merged into candidate ``k`` (e.g. a
-    predicted outcome). Probabilities are the softmax of the scores; ties select the first candidate.
+    ``output`` must come from :meth:`EvidenceRanker.forward` with ``words=True``.
     """
-    scores_t = torch.tensor(list(scores), dtype=torch.float64)
-    probabilities = torch.softmax(scores_t, dim=0).tolist()
-    selected = int(torch.argmax(scores_t).item())
-    entries = []
-    for k, candidate in enumerate(candidates):
-        entry = {
-            "id": candidate[id_key],
-            "score": float(scores[k]),
-            "probability": float(probabilities[k]),
-            "attention": {sid: float(attention[k][j]) for j, sid in enumerate(source_ids)},
-        }
-        if extra is not None:
-            entry.update(extra[k])
-        entries.append(entry)
-    return {
-        "selected_id": candidates[selected][id_key],
-        "selected_index": selected,
-        "candidates": entries,
-        "attention": dict(entries[selected]["attention"]),
-    }
+    count = int(output.candidate_mask[b].sum())
+    sources = len(evidence)
+    weights = output.attention[b, :count, :sources].tolist()
+    words = output.words[b, :count, :sources].tolist()
+    return [text_attention(tokenizer, evidence, weights[k], words[k]) for k in range(count)]
+
+
+def ranking_receipt(tool: Any, mode: str, candidates: list[dict], evidence: list[dict], output: RankingOutput,
+                    b: int) -> dict:
+    """The ``ranking`` receipt of example ``b`` of ``output`` (computed with ``words=True``)."""
+    return receipts.ranking(
+        tool.NAME, mode, model_id(tool), candidates, output.scores[b, : len(candidates)].tolist(),
+        candidate_attention(tool.tokenizer, evidence, output, b),
+    )

@@ -6,6 +6,7 @@ Words are hashed into buckets with a stable hash, so unseen words get distinct i
 
 from __future__ import annotations
 
+import itertools
 import re
 import zlib
 
@@ -30,6 +31,10 @@ class Tokenizer:
     def pieces(self, text: str) -> list[str]:
         """The words (and punctuation marks) the encoder reads, as written, at most ``max_words``."""
         return _WORD.findall(text)[: self.max_words]
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """``(start, end)`` character offsets in ``text`` of each of its :meth:`pieces`."""
+        return [match.span() for match in itertools.islice(_WORD.finditer(text), self.max_words)]
 
     def words(self, text: str) -> list[int]:
         """Word ids in ``1..buckets`` (0 is padding); at least one id for any text."""

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .. import receipts
 from ..training.calibration import TemperatureCalibration
 from ._investigator_inputs import LABELS
 from ._retrieval import WeightWatch
@@ -80,26 +81,15 @@ class Verifier(nn.Module):
         peak = compared.masked_fill(~x_mask.unsqueeze(-1), float("-inf")).amax(1)
         return torch.cat([mean, peak], dim=-1)
 
-    def report(self, logits: torch.Tensor) -> list[dict]:
-        """One JSON-safe receipt per row of ``logits``; calibrated probabilities only while the fit is fresh."""
+    def report(self, logits: torch.Tensor, *, tool: str, mode: str, model: str) -> list[dict]:
+        """One ``classification`` receipt per row of ``logits``; calibrated probabilities only while the fit
+        is fresh (otherwise ``calibration.fitted`` is false and every ``calibrated_probability`` is null)."""
         logits = logits.detach().float()
-        probabilities = logits.softmax(-1)
         fresh = self.check_calibration()
-        calibrated = self.calibration(logits).softmax(-1) if fresh else None
-        receipts = []
-        for row in range(logits.shape[0]):
-            candidates = [
-                {"id": name, "score": float(logits[row, k]), "probability": float(probabilities[row, k])}
-                for k, name in enumerate(LABELS)
-            ]
-            if calibrated is not None:
-                for k, candidate in enumerate(candidates):
-                    candidate["calibrated_probability"] = float(calibrated[row, k])
-            selected = int(logits[row].argmax())
-            receipt = {"selected_id": LABELS[selected], "selected_index": selected, "candidates": candidates}
-            receipt["calibration"] = (
-                {"temperature": float(self.calibration.temperature)} if fresh
-                else "not fitted or stale: fit model.verifier.calibration on held-out logits to report it"
-            )
-            receipts.append(receipt)
-        return receipts
+        calibrated = self.calibration(logits).softmax(-1).tolist() if fresh else None
+        temperature = float(self.calibration.temperature) if fresh else None
+        return [
+            receipts.classification(tool, mode, model, LABELS, row, None if calibrated is None else calibrated[i],
+                                    temperature)
+            for i, row in enumerate(logits.tolist())
+        ]

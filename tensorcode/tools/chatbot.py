@@ -10,11 +10,13 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from .. import receipts
 from .._atomic import write_atomic
 from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
 from ._decoding import log_probabilities
 from ._ranking import check_text
+from ._receipts import model_id
 from ._text import Generator, TextEncoder, Tokenizer
 
 MODES = ("reply",)
@@ -23,7 +25,8 @@ CONVERSATION_VERSION = 1
 
 
 class Chatbot(Tool):
-    """A small encoder-decoder: ``bot(text) -> reply``, ``bot.generate(texts) -> replies``.
+    """A small encoder-decoder: ``bot(text) -> reply``, ``bot.generate(texts) -> replies``, and
+    ``bot.respond(text)`` -> the reply's ``generation`` receipt (what the reviewer app shows).
 
     Replies are decoded greedily, at most ``max_length`` UTF-8 bytes. ``bot.start_conversation()`` opens a
     :class:`Conversation`, whose turns are saved and loaded separately from the model: the bot itself holds no
@@ -90,16 +93,16 @@ class Chatbot(Tool):
             return self.generator.generate(self._context(texts))
 
     def respond(self, text: str) -> dict:
-        """A JSON receipt for the reply to ``text``: the reply, its log-probability under the decoder, and how
-        much each input word mattered to it.
+        """The ``generation`` receipt (:mod:`tensorcode.receipts`) of the reply to ``text``: the reply as
+        ``text``, its log-probability under the decoder, and how much each input word mattered to it.
 
-        The model has no attention layer to report, so the receipt measures instead: ``attention`` weighs each
-        word by how far the reply's log-probability falls when that word is left out (occlusion), normalised to
-        sum to one (uniform when no word matters). One batched forward over the text and its variants.
+        The model has no attention layer to report, so the receipt measures instead: the text attention has one
+        source, ``"input"`` (the message), whose word spans are weighted by how far the reply's log-probability
+        falls when that word is left out (occlusion), normalised to sum to one (uniform when no word matters).
+        One batched forward over the text and its variants.
         """
         text = check_text(text, "text")
-        pieces = self.tokenizer.pieces(text)
-        ids = self.tokenizer.ids(pieces)
+        ids = self.tokenizer.ids(self.tokenizer.pieces(text))
         rows = [ids or [1]] + [(ids[:i] + ids[i + 1 :]) or [1] for i in range(len(ids))]
         with torch.no_grad():
             context = self._encode(*self.tokenizer.pad(rows, self.device))  # (1 + words, dim)
@@ -108,11 +111,10 @@ class Chatbot(Tool):
         drops = [max(0.0, scores[0] - s) for s in scores[1:]]
         total = sum(drops)
         weights = [d / total for d in drops] if total > 0 else [1.0 / len(drops)] * len(drops)
-        return {
-            "reply": reply,
-            "log_probability": scores[0],
-            "attention": {"method": "occlusion", "words": pieces, "weights": weights},
-        }
+        spans = [(start, end, w) for (start, end), w in zip(self.tokenizer.spans(text), weights, strict=True)]
+        return receipts.generation(
+            self.NAME, "reply", model_id(self), [reply], scores[:1], receipts.text_attention([("input", 1.0, spans)])
+        )
 
     def start_conversation(self) -> Conversation:
         """A new, empty conversation with this bot."""

@@ -24,10 +24,10 @@ MODES = ("rank",)
 class Decision(Tool):
     """Ranks hypotheses ``{"question", "evidence": [{"source_id", "text"}], "hypotheses": [{"id", "text"}]}``.
 
-    Calling the tool returns a JSON-safe receipt per input: ``selected_id``, ``selected_index``, every
-    hypothesis under ``candidates`` with its ``score``, ``probability`` and ``attention`` (weight per
-    evidence ``source_id``), and the selected hypothesis's ``attention`` (where the model looked). A list of
-    inputs gives a list of receipts from one batched forward.
+    Calling the tool returns a ``ranking`` receipt (:mod:`tensorcode.receipts`) per input: ``selected_id``,
+    ``selected_index``, every hypothesis under ``candidates`` with its ``score``, ``probability`` and text
+    ``attention`` (weight per evidence ``source_id`` and per word span), and the selected hypothesis's
+    ``attention`` (where the model looked). A list of inputs gives a list of receipts from one batched forward.
 
     Training (``Trainer.from_tool``): a target names one supplied hypothesis by id or index, or is a finite
     nonnegative distribution over the supplied hypotheses summing to one; the loss (``"decision.rank"``) is
@@ -69,18 +69,11 @@ class Decision(Tool):
         """Rank one input (returns a receipt) or a list of inputs (returns a list of receipts)."""
         examples, single = _examples(inputs)
         with torch.no_grad():
-            output = self.ranker(*_columns(examples))
-        receipts = []
-        for b, example in enumerate(examples):
-            count = len(example["hypotheses"])
-            receipts.append(
-                ranking_receipt(
-                    example["hypotheses"],
-                    [source["source_id"] for source in example["evidence"]],
-                    output.scores[b, :count].tolist(),
-                    output.attention[b, :count, : len(example["evidence"])].tolist(),
-                )
-            )
+            output = self.ranker(*_columns(examples), words=True)
+        receipts = [
+            ranking_receipt(self, "rank", example["hypotheses"], example["evidence"], output, b)
+            for b, example in enumerate(examples)
+        ]
         return receipts[0] if single else receipts
 
     def ranking_loss(self, inputs: Any, targets: Any) -> torch.Tensor:

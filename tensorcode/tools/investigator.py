@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 
+from .. import receipts
 from . import _investigator_inputs as checks
 from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed
@@ -20,6 +20,7 @@ from ._ranking import (
     ranking_receipt,
     soft_cross_entropy,
 )
+from ._receipts import forget_model_id, model_id
 from ._retrieval import EpisodicEncoder, EpisodicIndex, contrastive_loss, group_logits, group_target
 from ._text import Tokenizer
 from ._verifier import Verifier
@@ -33,22 +34,24 @@ class Investigator(Tool):
     """An owned investigation model with four modes, chosen per call by ``{"mode": ..., "inputs": ...}``.
 
     - ``rank`` (also plain inputs without an envelope): ``{"question", "evidence": [{"source_id", "text"}],
-      "hypotheses": [{"id", "text"}]}`` -> receipt with ``selected_id``, every hypothesis under ``candidates``
-      (``score``, ``probability``, ``attention`` per ``source_id`` and, with a verifier, source-wise
-      ``verification``) and the selected hypothesis's ``attention``. Target: a hypothesis id, an index, or a
-      finite nonnegative distribution summing to one.
-    - ``verification``: ``{"premise", "hypothesis"}`` pairs -> NLI receipts over ``entailment``, ``neutral``,
-      ``contradiction``, with calibrated probabilities only while ``verifier.calibration`` is fitted and fresh.
-      Targets: named labels. ``verification_loss(pairs, labels)``.
-    - ``proposal``: ``{"question", "evidence"?}`` -> proposed hypothesis texts (greedy first). Targets:
-      reviewed hypothesis text. ``proposal_loss(inputs, targets)``, ``propose(inputs, count=3)``.
-    - ``retrieval``: ``{"queries", "documents"}`` -> per query, documents ranked by ``episodic_encoder``.
-      Target: a boolean ``[queries, documents]`` mask, at least one positive per query, positives weighted
-      equally, unmarked documents negatives. ``retrieval_loss(inputs, mask)``, ``episodic_index()``.
+      "hypotheses": [{"id", "text"}]}`` -> a ``ranking`` receipt: ``selected_id``, every hypothesis under
+      ``candidates`` (``score``, ``probability``, text ``attention`` per ``source_id`` and word span) and the
+      selected hypothesis's ``attention``. Target: a hypothesis id, an index, or a finite nonnegative
+      distribution summing to one.
+    - ``verification``: ``{"premise", "hypothesis"}`` pairs -> ``classification`` receipts over
+      ``entailment``, ``neutral``, ``contradiction``, with calibrated probabilities only while
+      ``verifier.calibration`` is fitted and fresh. Targets: named labels. ``verification_loss(pairs, labels)``.
+    - ``proposal``: ``{"question", "evidence"?}`` -> ``generation`` receipts: the greedy proposal as ``text``,
+      and ``proposals`` distinct candidates with their log-probabilities. Targets: reviewed hypothesis text.
+      ``proposal_loss(inputs, targets)``, ``propose(inputs, count=3)``.
+    - ``retrieval``: ``{"queries", "documents"}`` -> a ``retrieval`` receipt: per query, every document (its id
+      is its position in ``documents``, as a string) scored by ``episodic_encoder``. Target: a boolean
+      ``[queries, documents]`` mask, at least one positive per query, positives weighted equally, unmarked
+      documents negatives. ``retrieval_loss(inputs, mask)``, ``episodic_index()``.
 
     A list of inputs, an envelope whose ``inputs`` is a list, or a list of one-example envelopes of one mode gives
     a list of receipts from one batched forward; ``capture`` takes the same forms with one target per example
-    (recorded as one call). Losses are ``"investigator.<mode>"``. Every receipt carries its ``mode``.
+    (recorded as one call). Losses are ``"investigator.<mode>"``. Receipts follow :mod:`tensorcode.receipts`.
 
     ``verifier.calibration`` (a ``TemperatureCalibration``, saved with the model) is fitted on held-out pairs,
     directly or with ``calibrate_verifier``; any change to the verifier's weights marks it stale. An
@@ -148,70 +151,37 @@ class Investigator(Tool):
         mode, payload = checks.envelope(inputs, self._configuration["modes"])
         items, batched = self._items(mode, payload)
         with torch.no_grad():
-            receipts = getattr(self, f"_receipts_{mode}")(items)
-        for receipt in receipts:
-            receipt["mode"] = mode
-        return receipts if batched else receipts[0]
+            out = getattr(self, f"_receipts_{mode}")(items)
+        return out if batched else out[0]
 
     def _receipts_rank(self, examples: list[dict]) -> list[dict]:
-        output = self.ranker(*_columns(examples))
-        checked = self._verify_sources(examples) if self.verifier is not None else None
-        receipts = []
-        for b, example in enumerate(examples):
-            count, sources = len(example["hypotheses"]), len(example["evidence"])
-            receipts.append(ranking_receipt(
-                example["hypotheses"], [s["source_id"] for s in example["evidence"]],
-                output.scores[b, :count].tolist(), output.attention[b, :count, :sources].tolist(),
-                extra=None if checked is None else checked[b],
-            ))
-        return receipts
-
-    def _verify_sources(self, examples: list[dict]) -> list[list[dict]]:
-        """Source-wise NLI of every hypothesis against every evidence source, as receipt extras."""
-        pairs = [{"premise": s["text"], "hypothesis": h["text"]}
-                 for e in examples for h in e["hypotheses"] for s in e["evidence"]]
-        reports = iter(self.verifier.report(self.verifier(pairs)) if pairs else [])
-        extras = []
-        for e in examples:
-            per_hypothesis = []
-            for _ in e["hypotheses"]:
-                verdicts = {}
-                for s in e["evidence"]:
-                    report = next(reports)
-                    chosen = next(c for c in report["candidates"] if c["id"] == report["selected_id"])
-                    verdicts[s["source_id"]] = {k: v for k, v in chosen.items() if k != "id"}
-                    verdicts[s["source_id"]]["label"] = report["selected_id"]
-                per_hypothesis.append({"verification": verdicts})
-            extras.append(per_hypothesis)
-        return extras
+        output = self.ranker(*_columns(examples), words=True)
+        return [ranking_receipt(self, "rank", e["hypotheses"], e["evidence"], output, b)
+                for b, e in enumerate(examples)]
 
     def _receipts_verification(self, pairs: list[dict]) -> list[dict]:
-        return self.verifier.report(self.verifier(pairs))
+        return self.verifier.report(self.verifier(pairs), tool=self.NAME, mode="verification", model=model_id(self))
 
     def _receipts_proposal(self, examples: list[dict]) -> list[dict]:
+        # The proposer reads the mean of the evidence, not an attention over it: there is no attention to show.
         config = self._configuration
         proposals = self.proposer.propose(self.proposer(examples), config["proposals"], config["beam_width"],
                                           config["seed"] or 0)
-        receipts = []
-        for candidates in proposals:
-            entries = [{"text": c["text"], "score": c["log_probability"], "probability": math.exp(c["log_probability"])}
-                       for c in candidates]
-            receipts.append({"selected_text": entries[0]["text"], "selected_index": 0, "candidates": entries})
-        return receipts
+        return [
+            receipts.generation(self.NAME, "proposal", model_id(self), [c["text"] for c in candidates],
+                                [c["log_probability"] for c in candidates], None)
+            for candidates in proposals
+        ]
 
     def _receipts_retrieval(self, groups: list[dict]) -> list[dict]:
-        receipts = []
+        model = model_id(self)
+        out = []
         for group in groups:
             logits = group_logits(self.episodic_encoder, [group])  # (queries, documents)
-            probabilities = logits.softmax(-1)
-            queries = []
-            for q, query in enumerate(group["queries"]):
-                candidates = [{"index": d, "text": document, "score": float(logits[q, d]),
-                               "probability": float(probabilities[q, d])}
-                              for d, document in enumerate(group["documents"])]
-                queries.append({"query": query, "selected_index": int(logits[q].argmax()), "candidates": candidates})
-            receipts.append({"queries": queries})
-        return receipts
+            # Documents are plain texts; a document's id is its position in the group's list.
+            ids = [str(d) for d in range(len(group["documents"]))]
+            out.append(receipts.retrieval(self.NAME, "retrieval", model, group["queries"], ids, logits.tolist()))
+        return out
 
     def propose(self, inputs: Any, count: int = 3) -> list[str] | list[list[str]]:
         """``count`` distinct proposed hypothesis texts (greedy first) per input; deterministic."""
@@ -273,6 +243,7 @@ class Investigator(Tool):
             raise ValueError("retrieval_encoder: this Investigator has no episodic encoder to (un)freeze")
         self.episodic_encoder.requires_grad_(not frozen)
         self._configuration["retrieval_encoder"]["frozen"] = frozen
+        forget_model_id(self)
         if frozen:
             self.episodic_encoder.eval()
 

@@ -8,10 +8,12 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from .. import receipts
 from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
-from ._decoding import beam_search
-from ._ranking import EvidenceRanker, check_ranking_input, check_text, ranking_receipt
+from ._decoding import beam_search, log_probabilities
+from ._ranking import EvidenceRanker, candidate_attention, check_ranking_input, check_text
+from ._receipts import model_id, text_attention
 from ._text import Generator, Tokenizer
 
 MODES = ("outcomes", "proposal")
@@ -22,11 +24,12 @@ class Planner(Tool):
     """Predicts a numeric outcome per plan and generates plan text.
 
     Inputs are ``{"goal", "evidence": [{"source_id", "text"}], "plans": [{"id", "text"}]}``. Calling the tool
-    on one returns a JSON-safe receipt: ``selected_id``/``selected_index`` (the plan with the best predicted
-    outcome, highest or lowest per ``prefer``), every plan under ``candidates`` with its predicted
-    ``outcome``, ``score`` (the outcome, negated when lower is better), ``probability`` (softmax of the
-    scores: how strongly the model prefers it) and ``attention`` over evidence ``source_id``s, and the
-    selected plan's ``attention``. A list of inputs gives a list of receipts from one batched forward.
+    on one returns an ``outcome`` receipt (:mod:`tensorcode.receipts`): ``selected_id``/``selected_index`` (the
+    plan with the best predicted outcome, highest or lowest per ``prefer``), every plan under ``candidates``
+    with its predicted ``outcome``, ``score`` (the outcome, negated when lower is better), ``probability``
+    (softmax of the scores: how strongly the model prefers it) and text ``attention`` over evidence
+    ``source_id``s and word spans, and the selected plan's ``attention``. A list of inputs gives a list of
+    receipts from one batched forward.
 
     Modes, chosen by an envelope ``{"mode": ..., "inputs": ...}`` (plain inputs are ``outcomes``):
 
@@ -36,7 +39,7 @@ class Planner(Tool):
     - ``proposal``: inputs ``{"goal", "evidence"}`` (any ``plans`` are ignored); targets are reviewed plan
       text. Loss ``"planner.proposal"``: teacher-forced cross-entropy of the plan generator.
       ``propose(inputs, count=...)`` generates plans; calling the tool on a proposal envelope returns
-      ``{"proposal", "attention"}`` receipts.
+      ``generation`` receipts (the greedy plan, its log-probability, attention over the evidence).
 
     ``capture`` takes one input and one target, or a list of inputs and an equal-length list of targets (one
     batched call, one provenance string per example).
@@ -83,20 +86,15 @@ class Planner(Tool):
 
     # -- prediction ----------------------------------------------------------------------------------------
     def forward(self, inputs: Any) -> dict | list[dict]:
-        """Receipts for one input or a list of inputs (outcome receipts, or proposal receipts)."""
+        """Receipts for one input or a list of inputs (``outcome`` receipts, or ``generation`` receipts)."""
         mode, examples, single = self._examples(inputs)
         with torch.no_grad():
             if mode == "proposal":
-                context, attention = self._context(examples)
-                texts = self.generator.generate(context)
-                receipts = [
-                    {"proposal": text, "attention": _attention(example, attention[b].tolist())}
-                    for b, (example, text) in enumerate(zip(examples, texts, strict=True))
-                ]
+                out = self._proposal_receipts(examples)
             else:
-                output = self._outcomes(examples)
-                receipts = [self._receipt(example, output, b) for b, example in enumerate(examples)]
-        return receipts[0] if single else receipts
+                output = self._outcomes(examples, words=True)
+                out = [self._receipt(mode, example, output, b) for b, example in enumerate(examples)]
+        return out[0] if single else out
 
     def propose(self, inputs: Any, count: int = 1) -> list[str] | list[list[str]]:
         """``count`` distinct plan texts for one input (or a list per input): the greedy decoding first, then
@@ -218,35 +216,42 @@ class Planner(Tool):
     def _check_proposal(self, target: Any, field: str) -> str:
         return self.generator.check_target(check_text(target, field), field, "plan")
 
-    def _outcomes(self, examples: list[dict]):
+    def _outcomes(self, examples: list[dict], *, words: bool = False):
         """Predicted outcomes (batch, plans) (0 at padding), plan mask, and the ranking output."""
         output = self.ranker(
             [e["goal"] for e in examples],
             [[s["text"] for s in e["evidence"]] for e in examples],
             [[p["text"] for p in e["plans"]] for e in examples],
+            words=words,
         )
         outcomes = self.outcome_head(output.features).squeeze(-1) * output.candidate_mask  # (batch, plans)
         return outcomes, output.candidate_mask, output
 
-    def _context(self, examples: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _context(self, examples: list[dict], *, words: bool = False):
         return self.ranker.context(
-            [e["goal"] for e in examples], [[s["text"] for s in e["evidence"]] for e in examples]
+            [e["goal"] for e in examples], [[s["text"] for s in e["evidence"]] for e in examples], words=words
         )
 
-    def _receipt(self, example: dict, output, b: int) -> dict:
+    def _receipt(self, mode: str, example: dict, output, b: int) -> dict:
         outcomes, _, ranking = output
-        count, sources = len(example["plans"]), len(example["evidence"])
-        values = outcomes[b, :count].tolist()
-        sign = 1.0 if self._configuration["prefer"] == "max" else -1.0
-        receipt = ranking_receipt(
-            example["plans"],
-            [s["source_id"] for s in example["evidence"]],
-            [sign * v for v in values],
-            ranking.attention[b, :count, :sources].tolist(),
-            extra=[{"outcome": v} for v in values],
+        return receipts.outcome(
+            self.NAME, mode, model_id(self), example["plans"], outcomes[b, : len(example["plans"])].tolist(),
+            self._configuration["prefer"], candidate_attention(self.tokenizer, example["evidence"], ranking, b),
         )
-        receipt["prefer"] = self._configuration["prefer"]
-        return receipt
+
+    def _proposal_receipts(self, examples: list[dict]) -> list[dict]:
+        context, attention, words = self._context(examples, words=True)
+        texts = self.generator.generate(context)
+        scores = log_probabilities(self.generator, context, texts)
+        model, sources = model_id(self), [len(e["evidence"]) for e in examples]
+        return [
+            receipts.generation(
+                self.NAME, "proposal", model, [text], [score],
+                text_attention(self.tokenizer, example["evidence"], attention[b, :count].tolist(),
+                               words[b, :count].tolist()),
+            )
+            for b, (example, text, score, count) in enumerate(zip(examples, texts, scores, sources, strict=True))
+        ]
 
     def _proposal_loss(self, output: dict[str, torch.Tensor], target: list[str]) -> torch.Tensor:
         return self.generator.loss(output["context"], list(target))
@@ -296,6 +301,3 @@ def _finite(value: Any, field: str) -> float:
         raise ValueError(f"{field}: outcome must be finite, got {value}")
     return float(value)
 
-
-def _attention(example: dict, weights: list[float]) -> dict[str, float]:
-    return {s["source_id"]: float(w) for s, w in zip(example["evidence"], weights, strict=False)}

@@ -7,8 +7,11 @@ from typing import Any, ClassVar
 import torch
 from torch.nn import functional as F
 
+from .. import receipts
 from . import _metrics as metrics
 from ._base import CapturePlan, Tool, check_positive, check_seed, open_envelope
+from ._decoding import log_probabilities
+from ._receipts import model_id
 from ._text import Generator, TextEncoder, Tokenizer
 from ._vision import PatchAttention, PatchEncoder, check_pixels, resize
 
@@ -26,17 +29,15 @@ class Scene(Tool):
     """An owned image model with two modes, fixed by the ``mode`` configuration field.
 
     Ranking mode (``Scene()``) takes ``{"pixels", "source_id", "question", "candidates": [{"id", "text"}]}``
-    and returns a receipt ``{"mode", "source_id", "question", "selected_id", "selected_index", "candidates":
-    [{"id", "text", "score", "probability"}], "attention"}``. Language mode (``Scene(mode="language")``) takes
-    ``{"pixels", "source_id", "question"}`` and returns ``{"mode", "source_id", "question", "description",
-    "score", "attention"}``: a greedily decoded description, at most ``max_length`` bytes, and its mean
-    log-likelihood per byte. Either mode also accepts the envelope ``{"mode": ..., "inputs": ...}`` naming its
-    own mode. Calling the tool with a list of inputs returns a list of receipts, computed as one batch.
+    and returns a ``ranking`` receipt (:mod:`tensorcode.receipts`) with every candidate's image attention.
+    Language mode (``Scene(mode="language")``) takes ``{"pixels", "source_id", "question"}`` and returns a
+    ``generation`` receipt: a greedily decoded description, at most ``max_length`` bytes, with its
+    log-probability. Either mode also accepts the envelope ``{"mode": ..., "inputs": ...}`` naming its own
+    mode. Calling the tool with a list of inputs returns a list of receipts, computed as one batch.
 
-    ``attention`` is ``{"source_id", "grid": [rows, cols], "image_size": [H, W], "weights"}`` (ranking adds
-    ``candidate_id``), with ``weights`` a ``rows x cols`` nested list summing to one: where the selected
-    candidate's query (ranking) or the question (language) looked. Scores also use a whole-image glance (the
-    per-feature maximum over patches), which the attention does not show.
+    ``attention`` is ``{"type": "image", "source_id", "grid": [rows, cols], "image_size": [H, W],
+    "weights"}``, with ``weights`` a ``rows x cols`` nested list summing to one: where the candidate's query
+    (ranking) or the question (language) looked.
 
     ``pixels`` is a float tensor of shape ``(3, H, W)`` (RGB, channels first) with finite values in [0, 1], of
     any height and width: every image is resized (antialiased bilinear) to ``image_size`` x ``image_size``, so
@@ -141,62 +142,32 @@ class Scene(Tool):
 
     def _rank_receipts(self, examples: list[dict]) -> list[dict]:
         scores, _, weights = self._rank(examples)
-        probabilities = scores.softmax(-1)
-        receipts = []
+        model = model_id(self)
+        out = []
         for i, example in enumerate(examples):
             count = len(example["candidates"])
-            best = int(scores[i, :count].argmax())
-            rows = zip(
-                example["candidates"],
-                scores[i, :count].tolist(),
-                probabilities[i, :count].tolist(),
-                strict=True,
-            )
-            receipts.append(
-                {
-                    "mode": RANK,
-                    "source_id": example["source_id"],
-                    "question": example["question"],
-                    "selected_id": example["candidates"][best]["id"],
-                    "selected_index": best,
-                    "candidates": [
-                        {"id": c["id"], "text": c["text"], "score": s, "probability": p} for c, s, p in rows
-                    ],
-                    "attention": {
-                        **self._attention(example, weights[i, best]),
-                        "candidate_id": example["candidates"][best]["id"],
-                    },
-                }
-            )
-        return receipts
+            out.append(receipts.ranking(
+                self.NAME, RANK, model, example["candidates"], scores[i, :count].tolist(),
+                [self._attention(example, weights[i, k]) for k in range(count)],
+            ))
+        return out
 
     def _language_receipts(self, examples: list[dict]) -> list[dict]:
         context, weights = self._language(examples)
         descriptions = self.generator.generate(context)
-        receipts = []
-        for i, (example, text) in enumerate(zip(examples, descriptions, strict=True)):
-            # Mean log-likelihood per byte of the description and its end marker, so reviewers can compare.
-            likelihood = -float(self.generator.loss(context[i : i + 1], [text]))
-            receipts.append(
-                {
-                    "mode": LANGUAGE,
-                    "source_id": example["source_id"],
-                    "question": example["question"],
-                    "description": text,
-                    "score": likelihood,
-                    "attention": self._attention(example, weights[i, 0]),
-                }
-            )
-        return receipts
+        scores = log_probabilities(self.generator, context, descriptions)
+        model = model_id(self)
+        return [
+            receipts.generation(self.NAME, LANGUAGE, model, [text], [score], self._attention(example, weights[i, 0]))
+            for i, (example, text, score) in enumerate(zip(examples, descriptions, scores, strict=True))
+        ]
 
     def _attention(self, example: dict, weights: torch.Tensor) -> dict:
         grid = self.image.grid
-        return {
-            "source_id": example["source_id"],
-            "grid": [grid, grid],
-            "image_size": list(example["pixels"].shape[1:]),
-            "weights": weights.reshape(grid, grid).tolist(),  # row-major, one row per patch row
-        }
+        # Row-major, one row per patch row; each cell covers H / rows x W / cols pixels of the original image.
+        return receipts.image_attention(
+            example["source_id"], [grid, grid], example["pixels"].shape[1:], weights.reshape(grid, grid).tolist()
+        )
 
     # -- model ---------------------------------------------------------------------------------------------
     def _rank(self, examples: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -151,16 +151,18 @@ def test_save_pretrained_round_trips_with_identical_replies(tmp_path):
     assert restored.generate(["hello", "when does it open?"]) == bot.generate(["hello", "when does it open?"])
 
 
-def test_respond_returns_a_json_receipt_with_the_reply_and_word_weights():
+def test_respond_returns_a_generation_receipt_with_the_reply_and_word_weights():
     bot = Chatbot(seed=1)
-    receipt = bot.respond("When does the pool open?")
-    assert json.loads(json.dumps(receipt)) == receipt
-    assert receipt["reply"] == bot("When does the pool open?")
-    assert receipt["log_probability"] <= 0.0
-    attention = receipt["attention"]
-    assert attention["method"] == "occlusion"
-    assert attention["words"] == ["When", "does", "the", "pool", "open", "?"]
-    assert len(attention["weights"]) == 6 and abs(sum(attention["weights"]) - 1.0) < 1e-6
+    text = "When does the pool open?"
+    receipt = bot.respond(text)
+    assert json.loads(json.dumps(receipt, allow_nan=False)) == receipt
+    assert receipt["kind"] == "generation" and receipt["mode"] == "reply"
+    assert receipt["text"] == receipt["candidates"][0]["text"] == bot(text)
+    assert receipt["candidates"][0]["score"] <= 0.0
+    [source] = receipt["attention"]["sources"]
+    assert source["source_id"] == "input" and source["weight"] == 1.0
+    assert [text[s["start"]: s["end"]] for s in source["spans"]] == ["When", "does", "the", "pool", "open", "?"]
+    assert abs(sum(s["weight"] for s in source["spans"]) - 1.0) < 1e-6
     with pytest.raises(ValueError, match="^text"):
         bot.respond("   ")
 
@@ -169,7 +171,8 @@ def test_respond_weighs_the_word_a_trained_reply_depends_on(chatbot_trained):
     """Only the place name tells the trained replies apart, so leaving it out costs the reply the most."""
     bot, _ = chatbot_trained
     for place in ("museum", "harbour"):
-        receipt = bot.respond(f"When does the {place} open?")
-        weights = dict(zip(receipt["attention"]["words"], receipt["attention"]["weights"], strict=True))
-        assert receipt["reply"].startswith(f"The {place} opens")
+        text = f"When does the {place} open?"
+        receipt = bot.respond(text)
+        weights = {text[s["start"]: s["end"]]: s["weight"] for s in receipt["attention"]["sources"][0]["spans"]}
+        assert receipt["text"].startswith(f"The {place} opens")
         assert max(weights, key=weights.get) == place, weights

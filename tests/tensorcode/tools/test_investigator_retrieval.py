@@ -52,7 +52,7 @@ def _recall_at_1(model: Investigator, data: list) -> float:
     for group, mask in data:
         receipt = model({"mode": "retrieval", "inputs": group})
         for query, row in zip(receipt["queries"], mask, strict=True):
-            hits += row[query["selected_index"]]
+            hits += row[int(query["selected_id"])]
             total += 1
     return hits / total
 
@@ -92,7 +92,7 @@ def test_retrieval_learns_recall_at_1_on_held_out_services():
 def test_multiple_positives_receive_equal_target_weight():
     model = Investigator()
     loss = model.retrieval_loss(_GROUP, [[True, False, True]])
-    scores = [c["score"] for c in model({"mode": "retrieval", "inputs": _GROUP})["queries"][0]["candidates"]]
+    scores = [c["score"] for c in model({"mode": "retrieval", "inputs": _GROUP})["queries"][0]["documents"]]
     log_probs = torch.tensor(scores).log_softmax(-1)
     assert float(loss.detach()) == pytest.approx(float(-(log_probs[0] + log_probs[2]) / 2), rel=1e-5)
     assert loss.requires_grad

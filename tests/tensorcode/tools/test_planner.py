@@ -6,7 +6,7 @@ import random
 
 import pytest
 import torch
-from tool_testing import held_out_split, state_copy
+from tool_testing import held_out_split, source_weights, state_copy
 
 from tensorcode import training
 from tensorcode.tools.planner import Planner
@@ -110,8 +110,10 @@ def test_receipt_carries_outcomes_probabilities_and_attention():
     best = max(receipt["candidates"], key=lambda c: c["outcome"])
     assert receipt["selected_id"] == best["id"] and receipt["prefer"] == "max"
     assert all(c["score"] == c["outcome"] for c in receipt["candidates"])
-    assert set(receipt["attention"]) == {"monitor", "chat"}
-    assert math.isclose(sum(receipt["attention"].values()), 1.0, rel_tol=1e-5)
+    assert receipt["kind"] == "outcome"
+    weights = source_weights(receipt["attention"])
+    assert set(weights) == {"monitor", "chat"}
+    assert math.isclose(sum(weights.values()), 1.0, rel_tol=1e-5)
 
 
 def test_prefer_min_selects_the_lowest_predicted_outcome():
@@ -176,7 +178,8 @@ def test_learns_outcomes_of_held_out_incidents(tmp_path):
     mean = sum(y for _, ys in train for y in ys) / sum(len(ys) for _, ys in train)
     assert after < sum((y - mean) ** 2 for _, ys in held_out for y in ys) / sum(len(ys) for _, ys in held_out)
     # Plans are judged by the monitoring source, not the chatter next to it.
-    weights = [c["attention"]["monitor"] for receipt in tool([x for x, _ in held_out]) for c in receipt["candidates"]]
+    weights = [source_weights(c["attention"])["monitor"]
+               for receipt in tool([x for x, _ in held_out]) for c in receipt["candidates"]]
     assert sum(weights) / len(weights) >= 0.6
 
 
@@ -194,7 +197,8 @@ def test_proposal_feedback_trains_the_generator_to_reproduce_reviewed_plans():
     three = tool.propose(PROPOSALS[1][0], count=3)
     assert three[0] == PROPOSALS[1][1] and len(set(three)) == 3
     receipt = tool({"mode": "proposal", "inputs": PROPOSALS[1][0]})
-    assert receipt == {"proposal": PROPOSALS[1][1], "attention": {"m": 1.0}}
+    assert receipt["kind"] == "generation" and receipt["text"] == PROPOSALS[1][1]
+    assert source_weights(receipt["attention"]) == {"m": 1.0}
 
 
 def test_proposal_loss_matches_the_captured_objective():

@@ -157,7 +157,8 @@ def test_ranking_receipt_is_json_safe_with_every_candidate_and_patch_attention()
     best = max(receipt["candidates"], key=lambda c: c["score"])
     assert best["id"] == receipt["selected_id"] == receipt["candidates"][receipt["selected_index"]]["id"]
     attention = receipt["attention"]
-    assert attention["source_id"] == "camera:7" and attention["candidate_id"] == receipt["selected_id"]
+    assert attention["source_id"] == "camera:7" and attention["type"] == "image"
+    assert attention == receipt["candidates"][receipt["selected_index"]]["attention"]
     assert attention["grid"] == [8, 8] and attention["image_size"] == [48, 48]
     assert len(attention["weights"]) == 8 and all(len(row) == 8 for row in attention["weights"])
     assert math.isclose(sum(map(sum, attention["weights"])), 1.0, rel_tol=1e-5)
@@ -166,8 +167,10 @@ def test_ranking_receipt_is_json_safe_with_every_candidate_and_patch_attention()
 def test_language_receipt_describes_within_the_length_limit_with_patch_attention():
     receipt = Scene(mode="language", max_length=12)(_language_example())
     assert json.loads(json.dumps(receipt, allow_nan=False)) == receipt
-    assert isinstance(receipt["description"], str) and len(receipt["description"].encode()) <= 12
-    assert math.isfinite(receipt["score"])
+    assert receipt["kind"] == "generation"
+    assert isinstance(receipt["text"], str) and len(receipt["text"].encode()) <= 12
+    assert receipt["candidates"] == [{"text": receipt["text"], "score": receipt["candidates"][0]["score"]}]
+    assert math.isfinite(receipt["candidates"][0]["score"]) and receipt["candidates"][0]["score"] <= 0
     assert receipt["attention"]["source_id"] == "camera:7" and receipt["attention"]["grid"] == [8, 8]
     assert math.isclose(sum(map(sum, receipt["attention"]["weights"])), 1.0, rel_tol=1e-5)
 
@@ -368,4 +371,4 @@ def test_language_mode_reproduces_reviewed_descriptions_exactly(tmp_path):
     losses = trainer.fit([experience], epochs=250)
     assert losses[-1] <= 0.2 * losses[0], (losses[0], losses[-1])
     receipts = tool([x for x, _ in pairs])
-    assert [r["description"] for r in receipts] == [y for _, y in pairs]
+    assert [r["text"] for r in receipts] == [y for _, y in pairs]

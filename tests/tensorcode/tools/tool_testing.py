@@ -25,3 +25,8 @@ def held_out_split(make: Callable[[random.Random], tuple], train: int, held_out:
 def state_copy(tool: torch.nn.Module) -> dict[str, torch.Tensor]:
     """A detached copy of every parameter and buffer, to compare against after a refused call."""
     return {k: v.clone() for k, v in tool.state_dict().items()}
+
+
+def source_weights(attention: dict | None) -> dict[str, float]:
+    """A receipt's text attention as ``{source_id: weight}`` (empty for ``None``)."""
+    return {} if attention is None else {s["source_id"]: s["weight"] for s in attention["sources"]}
