@@ -204,9 +204,20 @@ def highlight(text: str, spans: list[dict], top: float | None = None) -> list[di
 
 
 def receipt_view(receipt: dict | None, inputs: Any = None, mode: str = "", confidence: Any = None) -> dict | None:
-    """The numbers one receipt partial prints (`mode` and `confidence` stand in where the receipt lacks them)."""
+    """The numbers one receipt partial prints (`mode` and `confidence` stand in where the receipt lacks them).
+
+    A receipt of a shape this page does not know is shown as its JSON rather than failing the page.
+    """
     if not isinstance(receipt, dict):
         return None
+    try:
+        return _receipt_view(receipt, inputs, mode, confidence)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return {"kind": receipt.get("kind"), "template": None, "json": _pretty(receipt),
+                "confidence": _percent(confidence)}
+
+
+def _receipt_view(receipt: dict, inputs: Any, mode: str, confidence: Any) -> dict:
     kind = receipt_kind(receipt, mode)
     confidence = receipt.get("confidence", confidence)
     view: dict[str, Any] = {
@@ -245,13 +256,13 @@ def receipt_view(receipt: dict | None, inputs: Any = None, mode: str = "", confi
                 "query": q.get("query", ""),
                 "documents": [
                     {
-                        "id": d.get("id"),
-                        "text": _document_text(d.get("id"), documents),
+                        "id": _doc_id(d),
+                        "text": _document_text(_doc_id(d), documents),
                         "percent": _percent(d.get("probability")),
                         "width": _width(d.get("probability")),
-                        "selected": d.get("id") == q.get("selected_id"),
+                        "selected": str(_doc_id(d)) == str(_selected_doc(q)),
                     }
-                    for d in q.get("documents") or []
+                    for d in q.get("documents", q.get("candidates")) or []
                 ],
             }
             for q in receipt.get("queries") or []
@@ -270,7 +281,7 @@ def generated_text(receipt: Any) -> str:
     """A generation receipt's answer (`text`; older receipts named it for their tool)."""
     if not isinstance(receipt, dict):
         return ""
-    for key in ("text", "description", "proposal", "reply"):
+    for key in ("text", "description", "proposal", "reply", "selected_text"):
         if isinstance(receipt.get(key), str):
             return receipt[key]
     return ""
@@ -294,6 +305,14 @@ def _ranked(receipt: dict, inputs: Any) -> list[dict]:
             }
         )
     return rows
+
+
+def _doc_id(document: dict) -> Any:
+    return document.get("id", document.get("index"))
+
+
+def _selected_doc(query: dict) -> Any:
+    return query.get("selected_id", query.get("selected_index"))
 
 
 def _document_text(ident: Any, documents: list | None) -> str:
@@ -430,7 +449,7 @@ def relevance_rows(inputs: Any, receipt: dict | None, draft: Any = None) -> list
             picked[q] = {d for d, v in enumerate(row or []) if v is True}
     elif isinstance(receipt, dict):
         for q, row in enumerate(receipt.get("queries") or []):
-            index = document_index(row.get("selected_id"), documents)
+            index = document_index(_selected_doc(row), documents) if isinstance(row, dict) else None
             if index is not None:
                 picked[q] = {index}
     return [

@@ -310,3 +310,18 @@ def test_csrf_is_required_for_htmx_posts(project, reviewer) -> None:
 
     assert response.status_code == 403
     assert not Answer.objects.exists()
+
+
+@pytest.mark.django_db
+def test_receipt_of_unknown_shape_is_shown_as_json(client, reviewer) -> None:
+    project = _kind_project(reviewer, "investigator", "verification")
+    item = _item_for(project, "investigator", "verification")
+    item.prediction.receipt = {"candidates": ["entailment"], "calibration": "not fitted"}
+    item.prediction.save()
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+
+    response = client.get(reverse("item_detail", args=[project.slug, item.pk]))
+
+    assert response.status_code == 200
+    assert "&quot;calibration&quot;: &quot;not fitted&quot;" in response.content.decode()
