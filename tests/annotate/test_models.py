@@ -1,0 +1,97 @@
+"""The data model: roles and reach, model version directories, tokens, and the artifact storage layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from annotate import storage
+from annotate.models import ApiToken, ModelVersion, Project
+
+pytestmark = pytest.mark.django_db
+
+
+def test_roles_of_members_staff_and_outsiders(project, reviewer, project_admin, outsider, django_user_model) -> None:
+    staff = django_user_model.objects.create_user("stella", is_staff=True)
+
+    assert project.role_of(reviewer) == "reviewer"
+    assert project.role_of(project_admin) == "admin"
+    assert project.role_of(staff) == "admin"
+    assert project.role_of(outsider) is None
+    assert project.is_member(reviewer) and not project.is_admin(reviewer)
+
+
+def test_anonymous_user_reaches_nothing(project) -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    assert project.role_of(AnonymousUser()) is None
+    assert not Project.objects.for_user(AnonymousUser()).exists()
+
+
+def test_for_user_lists_only_member_projects(project, reviewer, outsider, project_admin) -> None:
+    Project.objects.create(slug="secret", name="Secret", tool="decision", mode="rank")
+
+    assert list(Project.objects.for_user(reviewer)) == [project]
+    assert list(Project.objects.for_user(outsider)) == []
+    assert list(Project.objects.administered_by(project_admin)) == [project]
+    assert list(Project.objects.administered_by(reviewer)) == []
+
+
+def test_project_clean_rejects_unknown_tool_and_mode(db) -> None:
+    with pytest.raises(ValidationError, match="unknown tool 'oracle'"):
+        Project(slug="x", name="x", tool="oracle", mode="rank").full_clean()
+    with pytest.raises(ValidationError, match="decision has no mode 'reply'"):
+        Project(slug="x", name="x", tool="decision", mode="reply").full_clean()
+
+
+def test_source_names_project_item_and_reviewer(project, reviewer) -> None:
+    assert project.source_for(7, reviewer) == "review:outages/7/rita"
+
+
+def test_version_directory_is_named_by_its_id(project, settings) -> None:
+    version = ModelVersion.objects.allocate(project, label="v2", trained=True)
+
+    assert version.directory == f"models/{version.pk}"
+    assert version.path == Path(settings.TC_ARTIFACT_DIR) / "models" / str(version.pk)
+    assert version.path.is_dir() and not version.is_materialized
+    assert (version.tool, version.mode) == ("decision", "rank")
+
+
+def test_token_key_is_stored_only_hashed(project, reviewer) -> None:
+    token, key = ApiToken.objects.issue(reviewer, name="laptop")
+
+    assert key.startswith("tca_") and key not in token.key_hash
+    assert ApiToken.objects.authenticate(key) == token
+    assert ApiToken.objects.authenticate(key + "x") is None
+    assert ApiToken.objects.authenticate("") is None
+
+
+def test_token_of_inactive_user_does_not_authenticate(project, reviewer) -> None:
+    _, key = ApiToken.objects.issue(reviewer)
+    reviewer.is_active = False
+    reviewer.save()
+
+    assert ApiToken.objects.authenticate(key) is None
+
+
+@pytest.mark.parametrize(("kind", "pk"), [("../etc", 1), ("models", 0), ("models", "1"), ("models", -3), ("x", 1)])
+def test_storage_refuses_anything_but_kind_and_positive_id(kind, pk) -> None:
+    with pytest.raises(ValueError):
+        storage.artifact_dir(kind, pk)
+
+
+@pytest.mark.parametrize("name", ["models/../../etc", "/etc/passwd", "models/1/../2", "models/"])
+def test_storage_resolve_refuses_paths(name) -> None:
+    with pytest.raises(ValueError):
+        storage.resolve(name)
+
+
+def test_write_once_refuses_to_replace(tmp_path) -> None:
+    path = storage.write_once(tmp_path / "a" / "manifest.json", b"{}")
+
+    with pytest.raises(FileExistsError):
+        storage.write_once(path, b"[]")
+    assert path.read_bytes() == b"{}"
+    assert [p.name for p in path.parent.iterdir()] == ["manifest.json"]
