@@ -1,0 +1,250 @@
+"""Agreement between reviewers who labelled the same items, and the items where they disagree.
+
+Measures by target form (README, "Agreement"):
+
+- categorical targets (a candidate id or index, an NLI label): percent agreement, Cohen's kappa per reviewer
+  pair and Fleiss' kappa for the project (items with any number of raters >= 2; per-item rater counts may vary).
+  A distribution target counts as its most likely candidate.
+- relevance masks: the Jaccard overlap of the positive (query, document) cells, averaged over pairs; two
+  identical masks score 1.
+- text: a similarity in [0, 1] (difflib's ratio after collapsing whitespace and case); two reviewers agree when
+  the normalized texts are equal.
+- numeric outcomes: two reviewers agree when every outcome differs by at most `OUTCOME_TOLERANCE`; the score is
+  that fraction.
+
+Pure functions at the top take plain values; `project_report` reads a project's final answers in one query.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+OUTCOME_TOLERANCE = 1.0
+
+CATEGORICAL = {("investigator", "rank"), ("investigator", "verification"), ("decision", "rank"), ("scene", "rank")}
+RANKING = {("investigator", "rank"), ("decision", "rank"), ("scene", "rank")}
+TEXT = {("investigator", "proposal"), ("planner", "proposal"), ("scene", "language"), ("chatbot", "reply")}
+MASK = {("investigator", "retrieval")}
+NUMERIC = {("planner", "outcomes")}
+
+
+def measure_of(tool: str, mode: str) -> str:
+    """The documented measure for a tool and mode: categorical, mask, text or numeric."""
+    pair = (tool, mode)
+    if pair in CATEGORICAL:
+        return "categorical"
+    if pair in MASK:
+        return "mask"
+    if pair in TEXT:
+        return "text"
+    if pair in NUMERIC:
+        return "numeric"
+    raise ValueError(f"no agreement measure for {tool}/{mode}")
+
+
+def candidate_ids(inputs: Any) -> list[str]:
+    """The ids of a ranking item's candidates, in order (hypotheses or Scene's candidates)."""
+    if not isinstance(inputs, dict):
+        return []
+    items = inputs.get("hypotheses", inputs.get("candidates", []))
+    return [str(c.get("id")) for c in items if isinstance(c, dict)]
+
+
+def category(target: Any, inputs: Any) -> str | None:
+    """A categorical target as one label: an id, an index's id, or a distribution's most likely id."""
+    ids = candidate_ids(inputs)
+    if isinstance(target, str):
+        return target
+    if isinstance(target, bool):
+        return None
+    if isinstance(target, int):
+        return ids[target] if 0 <= target < len(ids) else str(target)
+    if isinstance(target, list) and target and all(isinstance(p, (int, float)) for p in target):
+        best = max(range(len(target)), key=lambda k: target[k])
+        return ids[best] if best < len(ids) else str(best)
+    return None
+
+
+def pair_score(measure: str, a: Any, b: Any, inputs: Any = None) -> float:
+    """How much two targets agree, in [0, 1]."""
+    if measure == "categorical":
+        return float(category(a, inputs) == category(b, inputs))
+    if measure == "mask":
+        cells_a, cells_b = _positives(a), _positives(b)
+        union = cells_a | cells_b
+        return 1.0 if not union else len(cells_a & cells_b) / len(union)
+    if measure == "text":
+        x, y = _normal(a), _normal(b)
+        return 1.0 if x == y else difflib.SequenceMatcher(None, x, y).ratio()
+    if measure == "numeric":
+        xs, ys = _outcomes(a, inputs), _outcomes(b, inputs)
+        keys = set(xs) & set(ys)
+        if not keys:
+            return 0.0
+        return sum(abs(xs[k] - ys[k]) <= OUTCOME_TOLERANCE for k in keys) / len(keys)
+    raise ValueError(f"unknown measure {measure!r}")
+
+
+def agrees(measure: str, a: Any, b: Any, inputs: Any = None) -> bool:
+    """Whether two targets agree outright (the basis of percent agreement and of the disagreement list)."""
+    if measure == "text":
+        return _normal(a) == _normal(b)
+    return pair_score(measure, a, b, inputs) >= 1.0
+
+
+def cohen_kappa(pairs: Sequence[tuple[str, str]]) -> float | None:
+    """Cohen's kappa of two raters' labels on the same items; None with no items or no variation possible."""
+    n = len(pairs)
+    if n == 0:
+        return None
+    observed = sum(x == y for x, y in pairs) / n
+    left, right = Counter(x for x, _ in pairs), Counter(y for _, y in pairs)
+    expected = sum(left[label] * right[label] for label in set(left) | set(right)) / (n * n)
+    if expected >= 1.0:
+        return None if observed < 1.0 else 1.0
+    return (observed - expected) / (1.0 - expected)
+
+
+def fleiss_kappa(ratings: Iterable[Sequence[str]]) -> float | None:
+    """Fleiss' kappa over items each rated by >= 2 raters (rater counts may differ between items)."""
+    agreement, totals, items = 0.0, Counter(), 0
+    raters_total = 0
+    for labels in ratings:
+        n = len(labels)
+        if n < 2:
+            continue
+        counts = Counter(labels)
+        agreement += (sum(c * c for c in counts.values()) - n) / (n * (n - 1))
+        totals.update(counts)
+        raters_total += n
+        items += 1
+    if items == 0:
+        return None
+    observed = agreement / items
+    expected = sum((c / raters_total) ** 2 for c in totals.values())
+    if expected >= 1.0:
+        return None if observed < 1.0 else 1.0
+    return (observed - expected) / (1.0 - expected)
+
+
+def empirical_distribution(targets: Sequence[Any], inputs: Any) -> list[float]:
+    """The reviewers' choices as a distribution over the item's candidates (a valid ranking target)."""
+    ids = candidate_ids(inputs)
+    if not ids:
+        raise ValueError("the item has no candidates to distribute over")
+    counts = Counter(category(t, inputs) for t in targets)
+    chosen = sum(counts[i] for i in ids)
+    if chosen == 0:
+        raise ValueError("no reviewer chose one of the item's candidates")
+    return [counts[i] / chosen for i in ids]
+
+
+@dataclass
+class PairReport:
+    reviewers: tuple[str, str]
+    items: int = 0
+    agreed: int = 0
+    score: float = 0.0
+    kappa: float | None = None
+    _labels: list[tuple[str, str]] = field(default_factory=list, repr=False)
+
+    @property
+    def percent(self) -> float | None:
+        return None if self.items == 0 else 100.0 * self.agreed / self.items
+
+
+@dataclass
+class Report:
+    measure: str
+    items: int = 0  # items with >= 2 final targets
+    agreed: int = 0
+    kappa: float | None = None
+    mean_score: float | None = None
+    pairs: list[PairReport] = field(default_factory=list)
+    disagreements: list[int] = field(default_factory=list)  # item ids, oldest first
+
+    @property
+    def percent(self) -> float | None:
+        return None if self.items == 0 else 100.0 * self.agreed / self.items
+
+
+def report(measure: str, answers: Iterable[tuple[int, str, Any, Any]]) -> Report:
+    """Agreement from `(item_id, reviewer, target, inputs)` rows of final targets."""
+    by_item: dict[int, list[tuple[str, Any]]] = defaultdict(list)
+    inputs_of: dict[int, Any] = {}
+    for item_id, reviewer, target, inputs in answers:
+        by_item[item_id].append((reviewer, target))
+        inputs_of[item_id] = inputs
+    result = Report(measure=measure)
+    pairs: dict[tuple[str, str], PairReport] = {}
+    ratings, scores = [], []
+    for item_id in sorted(by_item):
+        rows = sorted(by_item[item_id], key=lambda row: row[0])
+        if len(rows) < 2:
+            continue
+        inputs = inputs_of[item_id]
+        result.items += 1
+        all_agree = True
+        for (ra, ta), (rb, tb) in itertools.combinations(rows, 2):
+            pair = pairs.setdefault((ra, rb), PairReport(reviewers=(ra, rb)))
+            score = pair_score(measure, ta, tb, inputs)
+            agreed = agrees(measure, ta, tb, inputs)
+            pair.items += 1
+            pair.agreed += agreed
+            pair.score += score
+            scores.append(score)
+            all_agree &= agreed
+            if measure == "categorical":
+                pair._labels.append((category(ta, inputs) or "", category(tb, inputs) or ""))
+        if all_agree:
+            result.agreed += 1
+        else:
+            result.disagreements.append(item_id)
+        if measure == "categorical":
+            ratings.append([category(t, inputs) or "" for _, t in rows])
+    for pair in pairs.values():
+        pair.score = pair.score / pair.items if pair.items else 0.0
+        if measure == "categorical":
+            pair.kappa = cohen_kappa(pair._labels)
+    result.pairs = sorted(pairs.values(), key=lambda p: p.reviewers)
+    result.mean_score = sum(scores) / len(scores) if scores else None
+    if measure == "categorical":
+        result.kappa = fleiss_kappa(ratings)
+    return result
+
+
+def project_report(project) -> Report:
+    """Agreement over a project's final targets (skips and drafts are not labels)."""
+    from annotate.models import Answer, AnswerKind
+
+    rows = (
+        Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET)
+        .order_by("item_id", "reviewer__username")
+        .values_list("item_id", "reviewer__username", "target", "item__inputs")
+    )
+    return report(measure_of(project.tool, project.mode), rows.iterator(chunk_size=2000))
+
+
+def _positives(mask: Any) -> set[tuple[int, int]]:
+    if not isinstance(mask, list):
+        return set()
+    return {(q, d) for q, row in enumerate(mask) if isinstance(row, list) for d, v in enumerate(row) if v is True}
+
+
+def _normal(text: Any) -> str:
+    return " ".join(str(text).split()).casefold() if text is not None else ""
+
+
+def _outcomes(target: Any, inputs: Any) -> dict[str, float]:
+    plans = [str(p.get("id")) for p in inputs.get("plans", [])] if isinstance(inputs, dict) else []
+    if isinstance(target, dict) and "candidate_id" in target:
+        return {str(target["candidate_id"]): float(target.get("outcome", 0.0))}
+    if isinstance(target, list):
+        return {(plans[k] if k < len(plans) else str(k)): float(v) for k, v in enumerate(target)
+                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {}
