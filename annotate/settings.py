@@ -21,6 +21,9 @@ ALLOWED_HOSTS = envconfig.csv("ALLOWED_HOSTS", "127.0.0.1,localhost")
 
 TC_DATA_DIR = Path(os.environ.get("TC_DATA_DIR", BASE_DIR / "var")).resolve()
 TC_ARTIFACT_DIR = Path(os.environ.get("TC_ARTIFACT_DIR", TC_DATA_DIR / "artifacts")).resolve()
+# Size limits of item imports (JSONL upload, API body, import_items) and of uploaded experience files.
+TC_IMPORT_MAX_BYTES = int(os.environ.get("TC_IMPORT_MAX_BYTES", 64 * 1024 * 1024))
+TC_EXPERIENCE_MAX_BYTES = int(os.environ.get("TC_EXPERIENCE_MAX_BYTES", 32 * 1024 * 1024))
 
 INSTALLED_APPS = [
     "django.contrib.admin",
