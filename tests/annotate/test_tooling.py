@@ -1,0 +1,95 @@
+"""annotate.tooling for every tool and mode: inputs and targets checked, traced predictions, experience files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from annotate import tooling
+from tensorcode import training
+
+EVIDENCE = [{"source_id": "log:1", "text": "disk full on alpha"}, {"source_id": "log:2", "text": "beta is fine"}]
+PIXELS = [[[0.9, 0.1, 0.5, 0.2]] * 4, [[0.1, 0.1, 0.3, 0.4]] * 4, [[0.1, 0.9, 0.2, 0.7]] * 4]
+HYPOTHESES = [{"id": "a", "text": "alpha failed"}, {"id": "b", "text": "beta failed"}]
+PLANS = [{"id": "p1", "text": "restart alpha"}, {"id": "p2", "text": "wait an hour"}]
+SCENE_CANDIDATES = [{"id": "c", "text": "a red circle"}, {"id": "s", "text": "a blue square"}]
+
+# (tool, mode): (inputs as JSON, a target training accepts, a target it rejects)
+CASES = {
+    ("decision", "rank"): ({"question": "which server failed?", "evidence": EVIDENCE, "hypotheses": HYPOTHESES},
+                           "a", "zzz"),
+    ("investigator", "rank"): ({"question": "which server failed?", "evidence": EVIDENCE,
+                                "hypotheses": HYPOTHESES}, [0.3, 0.7], [0.9, 0.9]),
+    ("investigator", "verification"): ({"premise": "the disk on alpha is full", "hypothesis": "alpha is full"},
+                                       "entailment", "maybe"),
+    ("investigator", "proposal"): ({"question": "which server failed?", "evidence": EVIDENCE}, "alpha failed", 42),
+    ("investigator", "retrieval"): ({"queries": ["disk full"], "documents": ["alpha disk full", "beta is fine"]},
+                                    [[True, False]], [[False, False]]),
+    ("planner", "outcomes"): ({"goal": "restore service", "evidence": EVIDENCE, "plans": PLANS},
+                              {"candidate_id": "p1", "outcome": 2.5}, {"candidate_id": "p9", "outcome": 1.0}),
+    ("planner", "proposal"): ({"goal": "restore service", "evidence": EVIDENCE}, "restart alpha", None),
+    ("scene", "rank"): ({"pixels": PIXELS, "source_id": "image:1", "question": "what is shown?",
+                         "candidates": SCENE_CANDIDATES}, "s", "x"),
+    ("scene", "language"): ({"pixels": PIXELS, "source_id": "image:1", "question": "what is shown?"},
+                            "a red circle", ["not", "text"]),
+    ("chatbot", "reply"): ("hello there", "hi, how can I help?", 7),
+}
+
+
+def _needs_list_pixels(tool: str) -> None:
+    if tool == "scene" and not tooling._VALIDATORS:
+        pytest.skip("Scene reads JSON pixel lists once tensorcode.tools.validate_inputs lands (lib-contract)")
+
+
+def test_every_registered_tool_and_mode_has_a_case() -> None:
+    assert {(t, m) for t, modes in tooling.TOOL_MODES.items() for m in modes} == set(CASES)
+
+
+@pytest.mark.parametrize(("tool", "mode"), sorted(CASES))
+def test_validate_target_accepts_good_and_rejects_bad(tool: str, mode: str) -> None:
+    _needs_list_pixels(tool)
+    inputs, good, bad = CASES[(tool, mode)]
+
+    assert tooling.validate_inputs(tool, mode, inputs) is not None
+    tooling.validate_target(tool, mode, inputs, good)
+    with pytest.raises(ValueError):
+        tooling.validate_target(tool, mode, inputs, bad)
+
+
+@pytest.mark.parametrize(("tool", "mode"), sorted(CASES))
+def test_prediction_and_experience_round_trip(tool: str, mode: str, tmp_path) -> None:
+    _needs_list_pixels(tool)
+    inputs, good, _ = CASES[(tool, mode)]
+    tool_object = tooling.create_tool(tool, mode, {})
+    tool_object.save_pretrained(tmp_path / "model")
+
+    class Version:  # what predict_batch and trainer_for read of a ModelVersion row
+        pk, trained, is_materialized, path = 1, False, True, tmp_path / "model"
+
+    Version.tool, Version.mode = tool, mode
+
+    (result,) = tooling.predict_batch(Version, [inputs])
+
+    json.dumps(result, allow_nan=False)
+    assert result["confidence"] is None or 0.0 <= result["confidence"] <= 1.0
+    assert result["trace"]["operations"][0]["status"] == "ok"
+    trainer = tooling.trainer_for(Version)
+    target = tooling.validate_target(tool, mode, inputs, good)
+    tooling.capture_experience(trainer, mode, [inputs, inputs], [target, target], ["review:p/1/r", "review:p/2/r"],
+                               tmp_path / "part.json")
+    loaded = training.load_experience(tmp_path / "part.json", operations=trainer.operations)
+    assert [s for record in loaded.supervisions for s in record.source] == ["review:p/1/r", "review:p/2/r"]
+
+
+def test_describe_value_summarizes_without_copying_large_values() -> None:
+    described = tooling.describe_value("x" * 10_000)
+
+    assert described["length"] == 10_000 and len(described["preview"]) == tooling.MAX_PREVIEW
+
+
+def test_check_tool_mode_names_valid_choices() -> None:
+    with pytest.raises(ValueError, match="registered tools: chatbot, decision"):
+        tooling.check_tool_mode("oracle", "rank")
+    with pytest.raises(ValueError, match="its modes: outcomes, proposal"):
+        tooling.check_tool_mode("planner", "rank")
