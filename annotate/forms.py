@@ -78,6 +78,8 @@ class ProjectForm(forms.ModelForm):
             except (ValueError, TypeError) as exc:
                 self.add_error("configuration", str(exc))
         data["tool"], data["mode"] = tool, mode
+        # The model's own clean() checks the tool and mode; it runs after this, on the instance.
+        self.instance.tool, self.instance.mode = tool, mode
         return data
 
     def save(self, commit: bool = True) -> Project:
@@ -117,6 +119,14 @@ class ImportForm(forms.Form):
         label="JSONL file of tool inputs",
         help_text='One JSON object per line: {"inputs": ...}, the inputs of one item.',
         widget=forms.ClearableFileInput(attrs={"accept": ".jsonl,.json,.txt,application/json"}),
+    )
+
+
+class ExperienceUploadForm(forms.Form):
+    experience = forms.FileField(
+        label="Experience file traced by your own program",
+        help_text="Saved by tensorcode with this project's tool; checked with the library's safe loader.",
+        widget=forms.ClearableFileInput(attrs={"accept": ".json,application/json"}),
     )
 
 

@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from annotate.forms import ExportForm, ImportForm
+from annotate.forms import ExperienceUploadForm, ExportForm, ImportForm
 from annotate.models import FINAL_KINDS, Answer, ItemStatus, Project
 from annotate.views import access
 
@@ -65,5 +65,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         context["import_form"] = ImportForm()
         context["export_form"] = ExportForm(project=project)
         context["exports"] = project.exports.all()[:5]
+        context["upload_form"] = ExperienceUploadForm()
+        context["uploads"] = project.experience_uploads.all()[:5]
         context["members"] = project.memberships.select_related("user").order_by("role", "user__username")
     return render(request, "annotate/project_detail.html", context)

@@ -8,8 +8,8 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from annotate.forms import ExportForm, ImportForm
-from annotate.models import Export
+from annotate.forms import ExperienceUploadForm, ExportForm, ImportForm
+from annotate.models import ExperienceUpload, Export, UploadState
 from annotate.views import access
 
 # htmx stops polling when a response has this status (the export is final).
@@ -39,6 +39,40 @@ def project_import(request: HttpRequest, slug: str) -> HttpResponse:
     messages.success(request, f"Imported {result.count} item{'s' if result.count != 1 else ''}; "
                               "the model's predictions are on their way.")
     return redirect("project_detail", slug=project.slug)
+
+
+@require_POST
+@login_required
+def experience_upload(request: HttpRequest, slug: str) -> HttpResponse:
+    """Keep an experience file a user's own program traced; a worker checks it binds to the project's tool."""
+    project = access.admin_project(request, slug)
+    form = ExperienceUploadForm(request.POST, request.FILES)
+    if not form.is_valid():
+        for error in form.errors.get("experience", []):
+            messages.error(request, error)
+        return redirect("project_detail", slug=project.slug)
+    from annotate import imports
+
+    upload = form.cleaned_data["experience"]
+    try:
+        row = imports.upload_experience(project, request.user, upload, name=upload.name)
+    except imports.ImportRejected as exc:
+        messages.error(request, f"The experience file was not kept: {exc}")
+        return redirect("project_detail", slug=project.slug)
+    messages.success(request, f"Experience file {row.original_name or row.pk} uploaded; it is being checked.")
+    return redirect("project_detail", slug=project.slug)
+
+
+@require_GET
+@login_required
+def upload_status(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """An experience upload's check, as a fragment; HTTP 286 once accepted or refused."""
+    project = access.admin_project(request, slug)
+    upload = get_object_or_404(ExperienceUpload, pk=pk, project=project)
+    response = render(request, "annotate/_upload_status.html", {"upload": upload, "project": project})
+    if upload.state != UploadState.PENDING:
+        response.status_code = STOP_POLLING
+    return response
 
 
 @require_POST

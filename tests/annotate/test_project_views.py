@@ -1,0 +1,213 @@
+"""Home, project, settings, import and export pages: what each role sees and what each action stores."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from annotate.models import Answer, AnswerKind, Export, ExportState, Item, Membership, Project, Role
+from tests.annotate.conftest import DECISION_INPUT
+from tests.annotate.conftest import make_ready_items as ready_items
+
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+def _jsonl(*records) -> SimpleUploadedFile:
+    body = "\n".join(json.dumps(r) for r in records).encode()
+    return SimpleUploadedFile("items.jsonl", body, content_type="application/jsonl")
+
+
+def _answer_all(items, reviewer) -> None:
+    for item in items:
+        Answer.objects.create(item=item, reviewer=reviewer, kind=AnswerKind.TARGET, target="db",
+                              source=item.project.source_for(item.pk, reviewer))
+
+
+@pytest.mark.django_db
+def test_home_lists_members_projects_with_progress(client, project, reviewer, outsider) -> None:
+    ready_items(project, [0.1, 0.2])
+    Project.objects.create(slug="hidden", name="Hidden project", tool="decision", mode="rank")
+    client.force_login(reviewer)
+
+    page = client.get(reverse("home")).content.decode()
+
+    assert "Outages" in page and "Hidden project" not in page
+    assert "0 of 2 items finished" in page
+    assert reverse("review_next", args=[project.slug]) in page
+
+
+@pytest.mark.django_db
+def test_project_page_shows_admin_tools_only_to_admins(client, project, reviewer, project_admin) -> None:
+    client.force_login(reviewer)
+    page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
+    assert "Pick the cause." in page and "Start reviewing" in page
+    assert "Import items" not in page and "Export answers" not in page
+
+    client.force_login(project_admin)
+    page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
+    assert "Import items" in page and "Export answers" in page and "Upload experience file" in page
+
+
+@pytest.mark.django_db
+def test_reviewer_is_refused_admin_actions(client, project, reviewer) -> None:
+    client.force_login(reviewer)
+
+    assert client.get(reverse("project_settings", args=[project.slug])).status_code == 403
+    assert client.post(reverse("project_import", args=[project.slug]),
+                       {"file": _jsonl({"inputs": DECISION_INPUT})}).status_code == 403
+    assert client.post(reverse("export_create", args=[project.slug]),
+                       {"format": "jsonl", "minibatch_size": 8}).status_code == 403
+    assert client.post(reverse("member_add", args=[project.slug]),
+                       {"username": "rita", "role": "admin"}).status_code == 403
+    assert not Item.objects.exists() and not Export.objects.exists()
+    assert Membership.objects.get(project=project, user=reviewer).role == Role.REVIEWER
+
+
+@pytest.mark.django_db
+def test_outsider_gets_404_on_admin_pages(client, project, outsider) -> None:
+    client.force_login(outsider)
+
+    assert client.get(reverse("project_settings", args=[project.slug])).status_code == 404
+    assert client.post(reverse("export_create", args=[project.slug]), {}).status_code == 404
+
+
+@pytest.mark.django_db
+def test_import_upload_creates_items(client, project, project_admin) -> None:
+    client.force_login(project_admin)
+
+    response = client.post(reverse("project_import", args=[project.slug]),
+                           {"file": _jsonl({"inputs": DECISION_INPUT}, {"inputs": DECISION_INPUT})}, follow=True)
+
+    assert "Imported 2 items" in response.content.decode()
+    assert Item.objects.filter(project=project).count() == 2
+
+
+@pytest.mark.django_db
+def test_import_upload_with_a_bad_line_imports_nothing_and_names_the_line(client, project, project_admin) -> None:
+    client.force_login(project_admin)
+    body = SimpleUploadedFile("items.jsonl", json.dumps({"inputs": DECISION_INPUT}).encode() + b"\n{not json\n")
+
+    response = client.post(reverse("project_import", args=[project.slug]), {"file": body}, follow=True)
+
+    page = response.content.decode()
+    assert "Nothing was imported" in page and "line 2" in page
+    assert not Item.objects.exists()
+
+
+@pytest.mark.django_db
+def test_export_with_nothing_selected_says_so(client, project, project_admin) -> None:
+    client.force_login(project_admin)
+
+    response = client.post(reverse("export_create", args=[project.slug]),
+                           {"format": "experience", "minibatch_size": 8}, follow=True)
+
+    assert "nothing to export" in response.content.decode()
+    assert not Export.objects.exists()
+
+
+@pytest.mark.django_db
+def test_export_is_recorded_and_its_status_stops_polling_when_final(client, project, project_admin,
+                                                                   reviewer, django_capture_on_commit_callbacks):
+    _answer_all(ready_items(project, [0.1, 0.2]), reviewer)
+    client.force_login(project_admin)
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        client.post(reverse("export_create", args=[project.slug]), {"format": "jsonl", "minibatch_size": 8})
+    export = Export.objects.get()
+    assert (export.total, export.format, len(callbacks)) == (2, "jsonl", 1)
+
+    status_url = reverse("export_status", args=[project.slug, export.pk])
+    running = client.get(status_url, **HX)
+    assert running.status_code == 200 and 'hx-trigger="every 1s"' in running.content.decode()
+    assert client.get(reverse("export_download", args=[project.slug, export.pk])).status_code == 404
+
+    Export.objects.filter(pk=export.pk).update(state=ExportState.FAILED, error="disk full")
+    final = client.get(status_url, **HX)
+    assert final.status_code == 286
+    assert "disk full" in final.content.decode() and "hx-trigger" not in final.content.decode()
+
+
+@pytest.mark.django_db
+def test_export_downloads_as_archive(client, project, project_admin, reviewer) -> None:
+    from annotate import export as exports
+
+    _answer_all(ready_items(project, [0.1]), reviewer)
+    export = exports.run(exports.create_export(project, project_admin, format="jsonl", enqueue=False))
+    client.force_login(project_admin)
+
+    response = client.get(reverse("export_download", args=[project.slug, export.pk]))
+
+    assert response.status_code == 200
+    assert response["Content-Disposition"].startswith("attachment;")
+    assert b"".join(response.streaming_content)[:2] == b"PK"
+
+
+@pytest.mark.django_db
+def test_uploaded_file_that_is_not_an_experience_is_refused(client, project, project_admin) -> None:
+    client.force_login(project_admin)
+    hostile = SimpleUploadedFile("evil.json", b'{"format": "pickle", "payload": "gASV"}')
+
+    response = client.post(reverse("experience_upload", args=[project.slug]), {"experience": hostile}, follow=True)
+
+    assert "not an experience file" in response.content.decode()
+    assert not project.experience_uploads.exists()
+
+
+@pytest.mark.django_db
+def test_staff_creates_project_with_fresh_untrained_version(client, django_user_model) -> None:
+    staff = django_user_model.objects.create_user("sue", password="x", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="add_project"))
+    client.force_login(staff)
+
+    response = client.post(reverse("project_create"), {
+        "name": "Claims", "slug": "claims", "kind": "investigator/verification", "guidelines": "Be strict.",
+        "configuration": '{"dim": 8}', "overlap": 1, "lease_seconds": 600,
+    })
+
+    assert response.status_code == 302
+    project = Project.objects.get(slug="claims")
+    assert (project.tool, project.mode, project.configuration) == ("investigator", "verification", {"dim": 8})
+    assert project.current_version is not None and not project.current_version.trained
+    assert project.role_of(staff) == Role.ADMIN
+
+
+@pytest.mark.django_db
+def test_project_create_rejects_bad_configuration_with_the_field_named(client, django_user_model) -> None:
+    staff = django_user_model.objects.create_user("sue", password="x", is_staff=True, is_superuser=True)
+    client.force_login(staff)
+
+    response = client.post(reverse("project_create"), {
+        "name": "Claims", "slug": "claims", "kind": "decision/rank", "configuration": '{"depth": 3}',
+        "overlap": 1, "lease_seconds": 600,
+    })
+
+    assert response.status_code == 200
+    assert "depth" in response.content.decode()
+    assert not Project.objects.exists()
+
+
+@pytest.mark.django_db
+def test_plain_reviewer_cannot_create_projects(client, reviewer) -> None:
+    client.force_login(reviewer)
+
+    assert client.get(reverse("project_create")).status_code == 403
+
+
+@pytest.mark.django_db
+def test_admin_adds_member_and_changes_guidelines(client, project, project_admin, outsider) -> None:
+    client.force_login(project_admin)
+
+    client.post(reverse("member_add", args=[project.slug]), {"username": "olga", "role": "reviewer"})
+    client.post(reverse("project_settings", args=[project.slug]), {
+        "name": "Outages", "guidelines": "New rules.", "configuration": '{"dim": 8, "buckets": 64}',
+        "overlap": 2, "lease_seconds": 300,
+    })
+
+    project.refresh_from_db()
+    assert project.role_of(outsider) == Role.REVIEWER
+    assert (project.guidelines, project.overlap, project.lease_seconds) == ("New rules.", 2, 300)
+    assert (project.tool, project.mode) == ("decision", "rank")
