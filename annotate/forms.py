@@ -38,6 +38,8 @@ class ProjectForm(forms.ModelForm):
         help_text='Fields of the tool\'s configuration, for example {"dim": 32, "seed": 0}. Empty: defaults.',
     )
 
+    field_order = ["name", "slug", "kind", "configuration", "guidelines", "overlap", "lease_seconds"]
+
     class Meta:
         model = Project
         fields = ["name", "slug", "guidelines", "overlap", "lease_seconds"]

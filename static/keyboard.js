@@ -200,6 +200,26 @@
     }
   });
 
+  // A failed htmx request changes nothing on the page; say so where messages appear.
+  function say(text) {
+    var box = document.getElementById("messages");
+    if (!box) return;
+    var p = document.createElement("p");
+    p.className = "message message-error";
+    p.setAttribute("role", "alert");
+    p.textContent = text;
+    box.replaceChildren(p);
+  }
+  document.addEventListener("htmx:responseError", function (event) {
+    var status = event.detail.xhr ? event.detail.xhr.status : 0;
+    say(status === 403 ? "You are not allowed to do that here (HTTP 403). Nothing was changed."
+      : status === 404 ? "This item or project is not available to you (HTTP 404)."
+      : "The server could not complete this (HTTP " + status + "). Nothing on this page was lost: try again.");
+  });
+  document.addEventListener("htmx:sendError", function () {
+    say("The server did not answer. Check your connection; nothing on this page was lost.");
+  });
+
   // After htmx swaps in the next item, start from the top of the workspace with nothing focused.
   document.addEventListener("htmx:afterSwap", function (event) {
     if (event.detail.target && event.detail.target.id === "workspace" || event.target.id === "workspace") {

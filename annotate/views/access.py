@@ -36,4 +36,6 @@ def can_create_projects(user) -> bool:
     """Staff and users granted `annotate.add_project`, and anyone who already administers a project."""
     if not user.is_authenticated:
         return False
-    return user.has_perm("annotate.add_project") or Project.objects.administered_by(user).exists()
+    if user.is_staff or user.has_perm("annotate.add_project"):
+        return True
+    return Project.objects.administered_by(user).exists()

@@ -236,3 +236,30 @@ def test_import_label_skip_back_undo_export_and_load(page, artifacts, users, eag
         f"review:{project.slug}/{pk}/rita" for pk in Item.objects.filter(project=project).values_list("pk", flat=True)
     )
     assert get_user_model().objects.count() == 2
+
+
+def test_admin_creates_project_and_adds_a_reviewer(page, artifacts, users, django_user_model) -> None:
+    django_user_model.objects.create_user("sue", password=PASSWORD, is_staff=True)
+    sign_in(page, "sue")
+    page.get_by_role("link", name="New project").first.click()
+    page.get_by_label("Name").fill("Outage causes")
+    page.get_by_label("Slug").fill("outage-causes")
+    page.get_by_label("Tool and mode").select_option("decision/rank")
+    page.get_by_label("Guidelines").fill("Pick the cause the log supports.")
+    page.get_by_label("Tool configuration (JSON)").fill('{"dim": 8, "buckets": 64}')
+    page.screenshot(path=str(artifacts / "project-create.png"), full_page=True)
+    page.get_by_role("button", name="Create project").click()
+    page.get_by_text("Project Outage causes created").wait_for()
+
+    page.get_by_role("link", name="Settings").click()
+    page.get_by_label("Username").fill("rita")
+    page.get_by_role("button", name="Add or update member").click()
+    page.get_by_text("rita is now a reviewer").wait_for()
+    page.screenshot(path=str(artifacts / "project-settings.png"), full_page=True)
+
+    project = Project.objects.get(slug="outage-causes")
+    assert project.role_of(users[1]) == Role.REVIEWER
+    assert project.current_version is not None and not project.current_version.trained
+    page.goto(f"{page.base_url}/")
+    page.screenshot(path=str(artifacts / "home.png"), full_page=True)
+    assert page.get_by_text("Outage causes").is_visible()
