@@ -257,7 +257,9 @@ def fresh(value):
         return [fresh(v) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return tuple(fresh(v) for v in value)
-    if isinstance(value, (dict, types.MappingProxyType)):
+    if isinstance(value, types.MappingProxyType):  # read-only itself, but what it holds may not be
+        return types.MappingProxyType({k: fresh(v) for k, v in value.items()})
+    if isinstance(value, dict):
         return {k: fresh(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return copy_dataclass(value, {f.name: fresh(getattr(value, f.name)) for f in dataclasses.fields(value)})
