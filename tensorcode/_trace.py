@@ -5,19 +5,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import itertools
 import os
+import threading
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import _tracing
+from ._experience_writer import write_experience
 from ._operations import EXTERNAL, PURE, Operation
 from ._refs import InputRef, OutputRef
 from ._tracing import CANCELLED, FAILED, OK, Call, Example, Ref, Root, Supervision
 from .errors import TraceError
 
-_SCALARS = _tracing._SCALARS
+_SCALARS = _tracing.SCALARS
 _CONTAINERS = (list, tuple, dict, types.MappingProxyType)
+_identities = itertools.count(1)  # next() is atomic under the GIL: every trace gets its own
 
 
 def trace() -> Trace:
@@ -33,6 +37,7 @@ class Trace:
     """
 
     def __init__(self):
+        self._id = next(_identities)
         self.calls: list[Call] = []
         self.supervisions: list[Supervision] = []
         self._roots: list = []
@@ -44,26 +49,37 @@ class Trace:
         self._closed = False
         self._released = False
         self._entered = False
-        self._hooked = False
         self._token = None
+        self._outer = None  # the context's state before this trace was entered
+        self._lock = threading.Lock()  # a context copied into another thread (asyncio.to_thread) records too
 
     # -- context manager ---------------------------------------------------------------------------------------
     def __enter__(self) -> Trace:
         if self._entered:
             raise TraceError("a trace can be entered only once; open a new one with trace()")
         self._entered = True
-        self._hooked = _tracing.install_module_hook()
-        self._token = _tracing._STATE.set((self, 0))
+        _tracing.install_module_hook()
+        self._outer = _tracing.STATE.get()
+        self._token = _tracing.STATE.set((self, 0))
         return self
 
     def __exit__(self, *exc_info) -> None:
+        self._closed = True
         try:
-            _tracing._STATE.reset(self._token)
-        finally:
-            self._closed = True
-            if self._hooked:
-                self._hooked = False
-                _tracing.remove_module_hook()
+            _tracing.STATE.reset(self._token)
+        except ValueError as exc:  # the token belongs to another context: another task or thread entered it
+            state = _tracing.STATE.get()
+            if state is not None and state[0] is self:  # a copy of the entering context: leave the trace here
+                _tracing.STATE.set(self._outer)
+            raise TraceError(
+                "a trace must be exited in the context (thread and task) that entered it; it is closed now, and "
+                "contexts still inside it cannot start new captures"
+            ) from exc
+
+    @property
+    def trace_id(self) -> int:
+        """This trace's identity, carried by the ``InputRef`` and ``OutputRef`` it hands out."""
+        return self._id
 
     @property
     def closed(self) -> bool:
@@ -76,13 +92,13 @@ class Trace:
     @property
     def inputs(self) -> list[InputRef]:
         """The external roots, in the order they were first used."""
-        return [InputRef(i) for i in range(len(self._roots))]
+        return [InputRef(i, self._id) for i in range(len(self._roots))]
 
     def value(self, ref: InputRef | OutputRef):
-        """The snapshotted value of a root, or the live value of a captured output."""
+        """A copy of the snapshotted value of a root, or the live value of a captured output."""
         if isinstance(ref, InputRef):
             self._check_root(ref)
-            return self._roots[ref.index]
+            return _tracing.fresh(self._roots[ref.index])
         ref = self.ref(ref)
         return _tracing.extract(self.calls[ref.call].value, ref.path)
 
@@ -92,7 +108,7 @@ class Trace:
         self._check_pending("reference outputs")
         if isinstance(output, OutputRef):
             self._check_output_ref(output)
-            return output
+            return output if output.trace_id is not None else OutputRef(output.call, output.path, self._id)
         if self._released:
             raise TraceError(
                 "this trace has been released: identity lookup is unavailable; use a preserved OutputRef, "
@@ -111,11 +127,11 @@ class Trace:
                 f"ambiguous alias: the object is an output of calls {sorted(producers)}; "
                 "use session.calls[index].output to choose one"
             )
-        return OutputRef(*hit)
+        return OutputRef(hit[0], hit[1], self._id)
 
     def supervise(self, output_or_ref, target, *, loss: str = "cross_entropy", source: str = "human") -> Supervision:
         """Record explicit feedback: ``target`` (snapshotted) for a captured output, with its provenance."""
-        source = _check_source(source)
+        source = check_source(source)
         if not isinstance(loss, str) or not loss:
             raise ValueError(f"loss must be a nonempty loss name, got {loss!r}")
         ref = self.ref(output_or_ref)
@@ -130,7 +146,7 @@ class Trace:
         ref = self.ref(target)
         closure = self._closure([ref.call])
         roots = sorted({r for i in closure for r in self.calls[i].roots})
-        return Example(target=ref, calls=tuple(closure), roots=tuple(InputRef(r) for r in roots))
+        return Example(target=ref, calls=tuple(closure), roots=tuple(InputRef(r, self._id) for r in roots))
 
     # -- replay ------------------------------------------------------------------------------------------------
     def replay(self, target, *, inputs: Mapping | None = None, boundary: str = "error"):
@@ -141,62 +157,7 @@ class Trace:
         boundary.
         """
         ref = self.ref(target)
-        return self._evaluate([ref], inputs=inputs, boundary=boundary)[0]
-
-    def _evaluate(
-        self,
-        refs: list[OutputRef],
-        *,
-        inputs: Mapping | None = None,
-        boundary: str = "error",
-        adapt: Callable | None = None,
-    ) -> list:
-        if boundary not in ("error", "recorded"):
-            raise ValueError(f"boundary must be 'error' or 'recorded', got {boundary!r}")
-        self._check_pending("replay")
-        targets = [r.call for r in refs]
-        closure, counts, used = self._plan(tuple(targets), boundary)
-        if inputs:
-            roots = list(self._roots)
-            replaced = set()
-            for key, value in inputs.items():
-                if not isinstance(key, InputRef):
-                    raise TypeError(f"replacement inputs are keyed by InputRef, got {key!r}")
-                self._check_root(key)
-                roots[key.index] = value
-                replaced.add(key.index)
-            for i in closure:
-                if self.calls[i].kind == EXTERNAL:
-                    crossing = replaced & self._root_closure(i)
-                    if crossing:
-                        raise TraceError(
-                            f"replacement input {sorted(crossing)[0]} cannot cross recorded boundary call {i} "
-                            f"({self.calls[i].name}): its recorded result was produced from the original input"
-                        )
-        else:
-            roots = self._roots
-        if adapt is not None:
-            roots = {r: adapt(roots[r]) for r in used}  # only the roots this replay reads
-        uses = dict(counts)
-        keep = set(targets)
-        values: dict[int, Any] = {}
-        token = _tracing._STATE.set(_tracing._SUPPRESSED)
-        try:
-            for i in closure:
-                call = self.calls[i]
-                if call.kind == EXTERNAL:
-                    values[i] = adapt(call.recorded) if adapt is not None else call.recorded
-                else:
-                    args = _tracing.build(call.arg_tree, values, roots)
-                    kwargs = _tracing.build(call.kwarg_tree, values, roots)
-                    values[i] = _invoke(call.op, args, kwargs)
-                for d in call.dependencies:
-                    uses[d] -= 1
-                    if not uses[d] and d not in keep:
-                        del values[d]
-        finally:
-            _tracing._STATE.reset(token)
-        return [_tracing.extract(values[r.call], r.path) for r in refs]
+        return evaluate(self, [ref], inputs=inputs, boundary=boundary)[0]
 
     def _plan(self, targets: tuple, boundary: str) -> tuple[list[int], dict, list[int]]:
         """The closure of ``targets`` (checked), consumer counts and roots read; cached, as training replays the
@@ -237,7 +198,7 @@ class Trace:
                         f"experience: {call.error}"
                     )
         for call_index, stamps in self._stamps.items():
-            if any(_tracing._stamp(value) != stamp for value, stamp in stamps):
+            if any(_tracing.changed(value, stamp) for value, stamp in stamps):
                 raise TraceError(
                     f"output of call {call_index} ({self.calls[call_index].name}) was mutated after capture"
                 )
@@ -259,14 +220,12 @@ class Trace:
         self, path: str | os.PathLike, *, operations: Mapping, codecs: Mapping | None = None, release: bool = False
     ) -> None:
         """Validate, then atomically write versioned JSON; with ``release=True`` release after persisting."""
-        from .experience import save_trace
-
-        save_trace(self, path, operations=operations, codecs=codecs)
+        write_experience(self, self._roots, path, operations=operations, codecs=codecs)
         if release:
             self.release()
 
     # -- capture engine hooks ----------------------------------------------------------------------------------
-    def _begin(self, op, args: tuple, kwargs: dict) -> _tracing._Pending:
+    def _begin(self, op, args: tuple, kwargs: dict) -> _tracing.Pending:
         if self._closed:
             raise TraceError("this trace is closed: a task holding its context cannot start new captures")
         deps: set = set()
@@ -274,25 +233,26 @@ class Trace:
         watch: list = []
         walk, add_root = self._walk, self._add_root
         arg_tree, real_args = [], []
-        for value in args:  # one node per argument: an unlinked argument is one root
-            tree, real, linked = walk(value, deps, roots, watch, 0)
-            arg_tree.append(tree if linked else add_root(real, roots, watch))
-            real_args.append(real)
-        kwarg_tree, real_kwargs = {}, {}
-        for key, value in kwargs.items():
-            tree, real, linked = walk(value, deps, roots, watch, 0)
-            kwarg_tree[key] = tree if linked else add_root(real, roots, watch)
-            real_kwargs[key] = real
-        return _tracing._Pending(op, real_args, real_kwargs, tuple(arg_tree), kwarg_tree, deps, roots, watch)
+        with self._lock:
+            for value in args:  # one node per argument: an unlinked argument is one root
+                tree, real, linked = walk(value, deps, roots, watch, 0)
+                arg_tree.append(tree if linked else add_root(real, roots, watch))
+                real_args.append(real)
+            kwarg_tree, real_kwargs = {}, {}
+            for key, value in kwargs.items():
+                tree, real, linked = walk(value, deps, roots, watch, 0)
+                kwarg_tree[key] = tree if linked else add_root(real, roots, watch)
+                real_kwargs[key] = real
+        return _tracing.Pending(op, real_args, real_kwargs, tuple(arg_tree), kwarg_tree, deps, roots, watch)
 
     def _add_root(self, value, roots, watch) -> Root:
         index = len(self._roots)
         self._roots.append(_tracing.snapshot(value))
         roots.add(index)
-        if _tracing.is_tensor(value):
-            watch.append((value, _tracing._stamp(value)))
-        elif not isinstance(value, _SCALARS):  # tensors inside a container root (context) are inputs too
-            watch.extend((tensor, _tracing._stamp(tensor)) for tensor in _tracing.tensors(value))
+        if type(value) in _tracing.TENSOR_TYPES:
+            watch.append((value, _tracing.stamp(value)))
+        elif type(value) not in _tracing.LEAF_TYPES:  # a container root (context): its structure and tensors too
+            _tracing.watch(value, watch)
         return Root(index)
 
     def _walk(self, value, deps, roots, watch, depth):
@@ -302,7 +262,7 @@ class Trace:
             deps.add(hit[0])
             self._check_stamps(hit[0])
             if type(value) in _tracing.TENSOR_TYPES:
-                watch.append((value, _tracing._stamp(value)))
+                watch.append((value, _tracing.stamp(value)))
             return Ref(*hit), value, True
         cls = type(value)
         if cls in _tracing.LEAF_TYPES or cls in _tracing.TENSOR_TYPES:
@@ -316,8 +276,8 @@ class Trace:
             self._check_root(value)
             roots.add(value.index)
             return Root(value.index), self._roots[value.index], True
-        if depth > _tracing._MAX_ARG_DEPTH:
-            raise TraceError(f"argument nested more than {_tracing._MAX_ARG_DEPTH} levels deep")
+        if depth > _tracing.MAX_ARG_DEPTH:
+            raise TraceError(f"argument nested more than {_tracing.MAX_ARG_DEPTH} levels deep")
         if (
             isinstance(value, _CONTAINERS)
             and not hasattr(value, "_fields")
@@ -325,32 +285,37 @@ class Trace:
         ):
             walked = [(k, self._walk(v, deps, roots, watch, depth + 1)) for k, v in _items(value)]
             if any(w[2] for _, w in walked):
+                mark = _tracing.stamp(value)
+                if mark is not None:  # a lasting change to this container's structure changes the call's input
+                    watch.append((value, mark))
                 tree = {k: (w[0] if w[2] else self._add_root(w[1], roots, watch)) for k, w in walked}
                 real = {k: w[1] for k, w in walked}
                 return _rebuild(value, tree), _rebuild(value, real), True
         return None, value, False
 
-    def _finish(self, pending: _tracing._Pending, result):
+    def _finish(self, pending: _tracing.Pending, result):
         for value, stamp in pending.watch:
-            if _tracing._stamp(value) != stamp:
+            if _tracing.changed(value, stamp):
                 self._record(pending, FAILED, "an input was mutated while the call ran")
                 raise TraceError(
                     f"an input of {_name(pending.op)} was mutated while the call ran; the capture is rejected"
                 )
-        call = self._record(pending, OK)
-        call._value = result
-        if call.kind == EXTERNAL:
-            call.recorded = _detached(result)
-        self._register(result, call.index, (), 0)
+        with self._lock:
+            call = self._record(pending, OK)
+            call._value = result
+            if call.kind == EXTERNAL:
+                call.recorded = _detached(result)
+            self._register(result, call.index, (), 0)
         return result
 
-    def _fail(self, pending: _tracing._Pending, exc: BaseException) -> None:
+    def _fail(self, pending: _tracing.Pending, exc: BaseException) -> None:
         status = CANCELLED if isinstance(exc, asyncio.CancelledError) else FAILED
-        self._record(pending, status, f"{type(exc).__name__}: {exc}")
+        with self._lock:
+            self._record(pending, status, f"{type(exc).__name__}: {exc}")
 
     def _record(self, pending, status, error=None) -> Call:
         op = pending.op
-        kind = op.kind if isinstance(op, Operation) else _module_kind(op)
+        kind = op.kind if type(op) is Operation or isinstance(op, Operation) else _module_kind(op)
         call = Call(
             self,
             len(self.calls),
@@ -368,14 +333,14 @@ class Trace:
 
     def _register(self, value, call: int, path: tuple, depth: int) -> None:
         cls = type(value)
-        if cls in _tracing.LEAF_TYPES or depth > _tracing._MAX_ARG_DEPTH:
+        if cls in _tracing.LEAF_TYPES or depth > _tracing.MAX_ARG_DEPTH:
             return
         key = id(value)
         previous = self._by_id.get(key)
         self._by_id[key] = (call, path)
         if previous is not None and previous[0] != call:
             self._producers.setdefault(key, {previous[0]}).add(call)
-        stamp = _tracing._stamp(value)
+        stamp = _tracing.stamp(value)
         if stamp is not None:
             self._stamps.setdefault(call, []).append((value, stamp))
         if cls in _tracing.TENSOR_TYPES:
@@ -400,10 +365,14 @@ class Trace:
             )
 
     def _check_root(self, ref: InputRef) -> None:
+        if ref.trace_id is not None and ref.trace_id != self._id:
+            raise TraceError(f"{ref} belongs to another trace: a reference is valid only in the trace that made it")
         if not 0 <= ref.index < len(self._roots):
             raise TraceError(f"{ref} is not an input of this trace")
 
     def _check_output_ref(self, ref: OutputRef) -> None:
+        if ref.trace_id is not None and ref.trace_id != self._id:
+            raise TraceError(f"{ref} belongs to another trace: a reference is valid only in the trace that made it")
         if not 0 <= ref.call < len(self.calls):
             raise TraceError(f"{ref} does not name a call of this trace")
         call = self.calls[ref.call]
@@ -412,7 +381,7 @@ class Trace:
 
     def _check_stamps(self, call_index: int) -> None:
         for value, stamp in self._stamps.get(call_index, ()):
-            if _tracing._stamp(value) != stamp:
+            if _tracing.changed(value, stamp):
                 raise TraceError(
                     f"output of call {call_index} ({self.calls[call_index].name}) was mutated before reuse"
                 )
@@ -420,7 +389,7 @@ class Trace:
     def _links(self, value, depth: int = 0) -> bool:
         if isinstance(value, OutputRef):
             return True
-        if isinstance(value, _SCALARS) or depth > _tracing._MAX_ARG_DEPTH:
+        if isinstance(value, _SCALARS) or depth > _tracing.MAX_ARG_DEPTH:
             return False
         if id(value) in self._by_id:
             return True
@@ -446,9 +415,89 @@ class Trace:
         return f"<Trace calls={len(self.calls)} inputs={len(self._roots)} supervisions={len(self.supervisions)}>"
 
 
+def evaluate(
+    session: Trace,
+    refs: list[OutputRef],
+    *,
+    inputs: Mapping | None = None,
+    boundary: str = "error",
+    adapt: Callable | None = None,
+) -> list:
+    """Replay several outputs of ``session`` at once (``Trace.replay`` for one); the trainer's entry point.
+
+    ``adapt`` maps each stored value read (a root, a recorded boundary result) before use, e.g. to a device.
+    Operations receive copies of stored values, never the stored record itself.
+    """
+    if boundary not in ("error", "recorded"):
+        raise ValueError(f"boundary must be 'error' or 'recorded', got {boundary!r}")
+    session._check_pending("replay")
+    for ref in refs:
+        session._check_output_ref(ref)
+    calls = session.calls
+    targets = [r.call for r in refs]
+    closure, counts, used = session._plan(tuple(targets), boundary)
+    roots = session._roots
+    if inputs:
+        roots = list(roots)
+        replaced = set()
+        for key, value in inputs.items():
+            if not isinstance(key, InputRef):
+                raise TypeError(f"replacement inputs are keyed by InputRef, got {key!r}")
+            session._check_root(key)
+            roots[key.index] = value
+            replaced.add(key.index)
+        for i in closure:
+            if calls[i].kind == EXTERNAL:
+                crossing = replaced & session._root_closure(i)
+                if crossing:
+                    raise TraceError(
+                        f"replacement input {sorted(crossing)[0]} cannot cross recorded boundary call {i} "
+                        f"({calls[i].name}): its recorded result was produced from the original input"
+                    )
+    if adapt is not None:
+        roots = {r: adapt(roots[r]) for r in used}  # only the roots this replay reads
+    uses = dict(counts)
+    keep = set(targets)
+    values: dict[int, Any] = {}
+    build = _tracing.build
+    token = _tracing.STATE.set(_tracing.SUPPRESSED)
+    try:
+        for i in closure:
+            call = calls[i]
+            if call.kind == EXTERNAL:
+                recorded = _tracing.fresh(call.recorded)
+                values[i] = adapt(recorded) if adapt is not None else recorded
+            else:
+                args = build(call.arg_tree, values, roots)
+                kwargs = build(call.kwarg_tree, values, roots)
+                values[i] = _invoke(call.op, args, kwargs)
+            for d in call.dependencies:
+                uses[d] -= 1
+                if not uses[d] and d not in keep:
+                    del values[d]
+    finally:
+        _tracing.STATE.reset(token)
+    return [_tracing.extract(values[r.call], r.path) for r in refs]
+
+
+def restored_trace(roots: list) -> Trace:
+    """A closed, released trace holding ``roots``: the experience loader's constructor.
+
+    The loader appends its calls (``Call(session, ...)``) to ``session.calls`` and its records to
+    ``session.supervisions``; references into it come from ``session.calls[i].output``.
+    """
+    session = Trace()
+    session._closed = session._entered = session._released = True
+    session._roots = roots
+    return session
+
+
 def _module_kind(module) -> str:
     """Modules are pure unless marked ``tensorcode_external = True`` (a remote model behind a module facade)."""
-    return EXTERNAL if getattr(module, "tensorcode_external", False) else PURE
+    # Read the instance and class dictionaries: getattr would go through Module.__getattr__, which raises (slowly)
+    # for a missing attribute.
+    marked = module.__dict__.get("tensorcode_external", getattr(type(module), "tensorcode_external", False))
+    return EXTERNAL if marked else PURE
 
 
 def _invoke(op, args, kwargs):
@@ -499,7 +548,8 @@ def _name(op) -> str:
     return getattr(op, "__name__", type(op).__name__)
 
 
-def _check_source(source) -> str | tuple:
+def check_source(source) -> str | tuple:
+    """A validated provenance: a nonempty string, or a nonempty tuple of them (one per example of a batch)."""
     if isinstance(source, str):
         if not source.strip():
             raise ValueError("source must be a nonempty provenance string, e.g. 'human:review-42'")

@@ -2,9 +2,8 @@
 
 Captured calls form a DAG by object identity: an argument that is (or contains) an earlier captured output is a
 dependency, anything else is an external root snapshotted at call time. Only top-level calls are recorded: a
-call made while another captured call runs belongs to that call. Module calls are intercepted by replacing
-``torch.nn.Module.__call__`` while at least one trace is open (removed in a ``finally`` when the last closes);
-nested submodule calls only pay one context-variable lookup.
+call made while another captured call runs belongs to that call. Whether a call is captured depends only on the
+calling context's own state (a context variable), never on traces open in other threads or tasks.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import hashlib
+import operator
 import sys
 import threading
 import types
@@ -21,11 +21,11 @@ from ._refs import InputRef, OutputRef
 from .errors import TraceError
 
 # (session, depth): depth 0 means "the next operation call is top-level"; a None session suppresses capture.
-_STATE: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("tensorcode_trace", default=None)
-_SUPPRESSED = (None, 1)
-_MAX_ARG_DEPTH = 100
-_SCALARS = (int, float, bool, str, bytes, complex, type(None))
-LEAF_TYPES = frozenset(_SCALARS)
+STATE: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("tensorcode_trace", default=None)
+SUPPRESSED = (None, 1)
+MAX_ARG_DEPTH = 100
+SCALARS = (int, float, bool, str, bytes, complex, type(None))
+LEAF_TYPES = frozenset(SCALARS)
 # Exact tensor classes seen so far; filled when torch is imported (type lookups keep the hot path cheap).
 TENSOR_TYPES: set = set()
 
@@ -33,48 +33,48 @@ OK, FAILED, CANCELLED = "ok", "failed", "cancelled"
 
 
 def current_session():
-    state = _STATE.get()
+    state = STATE.get()
     return state[0] if state else None
 
 
 def capture(op, fn, args, kwargs):
     """Call ``fn`` as operation ``op``; record it when it is a top-level call inside an open trace."""
-    state = _STATE.get()
+    state = STATE.get()
     if state is None or state[1]:
         return fn(*args, **kwargs)
     session = state[0]
     pending = session._begin(op, args, kwargs)
-    token = _STATE.set((session, 1))
+    token = STATE.set((session, 1))
     try:
         result = fn(*pending.args, **pending.kwargs)
     except BaseException as exc:
         session._fail(pending, exc)
         raise
     finally:
-        _STATE.reset(token)
+        STATE.reset(token)
     return session._finish(pending, result)
 
 
 def capture_async(op, fn, args, kwargs):
     """The awaitable form of ``capture``: live tensors and native gradients pass through unchanged."""
-    state = _STATE.get()
+    state = STATE.get()
     if state is None or state[1]:
         return fn(*args, **kwargs)
     session = state[0]
-    if session._closed:
+    if session.closed:
         raise TraceError("this trace is closed: a task holding its context cannot start new captures")
 
     async def run():
         try:
             pending = session._begin(op, args, kwargs)
-            token = _STATE.set((session, 1))
+            token = STATE.set((session, 1))
             try:
                 result = await fn(*pending.args, **pending.kwargs)
             except BaseException as exc:
                 session._fail(pending, exc)
                 raise
             finally:
-                _STATE.reset(token)
+                STATE.reset(token)
             return session._finish(pending, result)
         finally:
             session._pending.discard(coroutine)
@@ -85,42 +85,42 @@ def capture_async(op, fn, args, kwargs):
 
 
 # -- torch.nn.Module interception ---------------------------------------------------------------------------
+# The first trace opened after torch is imported replaces ``Module.__call__``, and the replacement stays: every
+# swap invalidates the type caches of all Module subclasses (hundreds), which cost more than 100 us per trace.
+# Untraced calls pay one context-variable lookup, and nothing is captured unless the calling context itself is
+# inside a trace, so keeping it installed leaks no state into untraced code or other threads.
 _patch_lock = threading.Lock()
-_patch_count = 0
 _original_call = None
 
 
 def _module_call(self, *args, **kwargs):
-    state = _STATE.get()
+    state = STATE.get()
     if state is None or state[1]:
         return _original_call(self, *args, **kwargs)
     return capture(self, _original_call.__get__(self), args, kwargs)
 
 
-def install_module_hook() -> bool:
-    global _patch_count, _original_call
+def install_module_hook() -> None:
+    """Route ``torch.nn.Module.__call__`` through the tracer: once per process, a no-op until torch is imported."""
+    global _original_call
+    if _original_call is not None:
+        return
     torch = sys.modules.get("torch")
     if torch is None:
-        return False
-    TENSOR_TYPES.update((torch.Tensor, torch.nn.Parameter))
+        return
     with _patch_lock:
-        if _patch_count == 0:
+        if _original_call is None:
+            TENSOR_TYPES.update((torch.Tensor, torch.nn.Parameter))
             _original_call = torch.nn.Module.__call__
             torch.nn.Module.__call__ = _module_call
-        _patch_count += 1
-    return True
 
 
-def remove_module_hook() -> None:
-    global _patch_count
-    with _patch_lock:
-        _patch_count -= 1
-        if _patch_count == 0:
-            sys.modules["torch"].nn.Module.__call__ = _original_call
+def module_hook_installed() -> bool:
+    return _original_call is not None
 
 
 # -- records --------------------------------------------------------------------------------------------------
-class _Pending:
+class Pending:
     __slots__ = ("op", "args", "kwargs", "arg_tree", "kwarg_tree", "deps", "roots", "watch")
 
     def __init__(self, op, args, kwargs, arg_tree, kwarg_tree, deps, roots, watch):
@@ -167,18 +167,18 @@ class Call:
     @property
     def output(self) -> OutputRef:
         """An explicit handle to this call's output (needed for scalars and ambiguous aliases)."""
-        return OutputRef(self.index)
+        return OutputRef(self.index, (), self._session.trace_id)
 
     @property
     def inputs(self) -> list[InputRef]:
-        return [InputRef(i) for i in self.roots]
+        return [InputRef(i, self._session.trace_id) for i in self.roots]
 
     @property
     def value(self):
         """The live output; unavailable after ``release()`` or for a loaded experience (use ``replay``)."""
         if self.status != OK:
             raise TraceError(f"call {self.index} ({self.name}) {self.status}: {self.error}")
-        if self._session._released:
+        if self._session.released:
             raise TraceError("this trace has been released: live outputs are gone; replay to recompute them")
         return self._value
 
@@ -218,9 +218,9 @@ def is_tensor(value) -> bool:
 
 def snapshot(value, depth: int = 0):
     """A copy of an external value as it is now: tensors detached and cloned, containers copied."""
-    if depth > _MAX_ARG_DEPTH:
-        raise TraceError(f"argument nested more than {_MAX_ARG_DEPTH} levels deep")
-    if isinstance(value, _SCALARS):
+    if depth > MAX_ARG_DEPTH:
+        raise TraceError(f"argument nested more than {MAX_ARG_DEPTH} levels deep")
+    if isinstance(value, SCALARS):
         return value
     if is_tensor(value):
         return value.detach().clone()
@@ -236,24 +236,65 @@ def snapshot(value, depth: int = 0):
     return value  # opaque: kept as is; saving refuses it with a clear error
 
 
-def tensors(value) -> list:
-    """The tensors inside a value (lists, tuples, mappings, dataclass fields); ``snapshot`` has bounded its depth."""
-    found, stack = [], [value]
+def fresh(value):
+    """A copy of a stored value that its consumer may change freely, so that nothing a replayed operation (or a
+    custom loss) does reaches the stored record. Only what can be changed in place is copied: tensors are
+    cloned and lists, mappings and dataclasses rebuilt; scalars, strings and bytes are shared."""
+    cls = type(value)
+    if cls in LEAF_TYPES:
+        return value
+    if cls in TENSOR_TYPES:
+        return value.clone()
+    if cls is list:
+        return [fresh(v) for v in value]
+    if cls is tuple:
+        return tuple([fresh(v) for v in value])
+    if cls is dict:
+        return {k: fresh(v) for k, v in value.items()}
+    if is_tensor(value):
+        return value.clone()
+    if isinstance(value, list):
+        return [fresh(v) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(fresh(v) for v in value)
+    if isinstance(value, types.MappingProxyType):  # read-only itself, but what it holds may not be
+        return types.MappingProxyType({k: fresh(v) for k, v in value.items()})
+    if isinstance(value, dict):
+        return {k: fresh(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return copy_dataclass(value, {f.name: fresh(getattr(value, f.name)) for f in dataclasses.fields(value)})
+    return value  # opaque: the application's own object
+
+
+def watch(value, found: list) -> None:
+    """Append ``(object, stamp)`` for every tensor and mutable container inside ``value`` (an input of a call).
+
+    ``snapshot`` has already bounded its depth. Tuples cannot change, but what they hold can.
+    """
+    stack = [value]
     while stack:
         item = stack.pop()
+        cls = type(item)
+        if cls in LEAF_TYPES:
+            continue
         if is_tensor(item):
-            found.append(item)
-        elif isinstance(item, (list, tuple)):
+            found.append((item, stamp(item)))
+            continue
+        if isinstance(item, tuple):
             stack.extend(item)
-        elif isinstance(item, (dict, types.MappingProxyType)):
-            stack.extend(item.values())
-        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
-            stack.extend(getattr(item, f.name) for f in dataclasses.fields(item))
-    return found
+            continue
+        mark = stamp(item)
+        if mark is not None:
+            found.append((item, mark))
+            stack.extend(mark[1][1::2] if mark[0] == "dict" else mark[1])
 
 
-def _stamp(value):
-    """A mutation stamp: tensor version counter, a content hash for inference tensors, container structure."""
+def stamp(value):
+    """A mutation stamp: a tensor's version counter (a content hash for inference tensors), or the structure of a
+    list, mapping or dataclass (the very objects it holds, compared by identity; ``None`` for anything else).
+
+    Holding the objects, not their ids, keeps a replaced element alive, so a new one cannot reuse its address.
+    """
     if is_tensor(value):
         if value.is_inference():
             data = value.detach()
@@ -265,12 +306,22 @@ def _stamp(value):
             return ("content", hashlib.blake2b(data.numpy().tobytes(), digest_size=16).digest())
         return ("version", value._version)
     if isinstance(value, list):
-        return ("list", tuple(map(id, value)))
-    if isinstance(value, dict):
-        return ("dict", tuple((k, id(v)) for k, v in value.items()))
+        return ("list", tuple(value))
+    if isinstance(value, (dict, types.MappingProxyType)):
+        return ("dict", tuple(item for pair in value.items() for item in pair))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return ("dataclass", tuple(id(getattr(value, f.name)) for f in dataclasses.fields(value)))
+        return ("dataclass", tuple(getattr(value, f.name) for f in dataclasses.fields(value)))
     return None
+
+
+def changed(value, old) -> bool:
+    """Whether ``value`` no longer matches the stamp ``old`` taken from it earlier."""
+    new = stamp(value)
+    if new is None or new[0] != old[0]:
+        return True
+    if old[0] in ("version", "content"):
+        return new[1] != old[1]
+    return len(new[1]) != len(old[1]) or any(map(operator.is_not, new[1], old[1]))
 
 
 def _element(value, key):
@@ -297,13 +348,14 @@ class Root:
         self.index = index
 
 
-def build(node, values: dict, roots: list):
-    """Rebuild call arguments from an argument tree, with outputs from ``values`` and roots from ``roots``."""
+def build(node, values: dict, roots):
+    """Rebuild call arguments from an argument tree, with outputs from ``values`` and fresh copies of ``roots``
+    (a replayed operation may change its arguments; the stored record must not change with them)."""
     kind = type(node)
     if kind is Ref:
         return extract(values[node.call], node.path)
     if kind is Root:
-        return roots[node.index]
+        return fresh(roots[node.index])
     if kind is list:
         return [build(v, values, roots) for v in node]
     if kind is tuple:

@@ -7,19 +7,19 @@ the loader import a class, unpickle, or restore a callback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
 
 from . import _tracing
-from ._atomic import write_atomic
-from ._codec import MAX_DEPTH, Decoder, Encoder, Payloads, lift_payloads
+from ._codec import Decoder, lift_payloads
+from ._experience_writer import FORMAT, VERSION
 from ._fingerprint import describe, difference
 from ._operations import EXTERNAL, PURE
-from .errors import ExperienceError, FingerprintError, TraceError
+from ._trace import restored_trace
+from .errors import ExperienceError, FingerprintError
 
-FORMAT = "tensorcode-experience"
-VERSION = 1
 # The id files had before formats stopped using dotted, module-like names; same layout, still read.
 _FORMER_FORMAT = "tensorcode.experience"
 _TOP = {"format", "version", "bindings", "roots", "calls", "supervisions"}
@@ -27,74 +27,11 @@ _CALL = {"op", "kind", "args", "kwargs", "result"}
 _SUPERVISION = {"output", "target", "loss", "source"}
 
 
-def save_trace(session, path, *, operations: Mapping, codecs: Mapping | None = None) -> None:
-    """Write ``session`` to ``path`` atomically; any failure leaves an existing file untouched."""
-    if not isinstance(operations, Mapping):
-        raise TypeError("operations must be a mapping of binding name to operation")
-    try:
-        session.validate(persist=True)
-    except TraceError as exc:
-        raise ExperienceError(str(exc)) from exc
-    names = {}
-    for name, op in operations.items():
-        if not isinstance(name, str) or not name:
-            raise ExperienceError(f"binding names must be nonempty strings, got {name!r}")
-        names.setdefault(id(op), name)
-    bindings = {}
-    for call in session.calls:
-        name = names.get(id(call.op))
-        if name is None:
-            raise ExperienceError(
-                f"missing binding: call {call.index} uses {type(call.op).__qualname__} which is not among "
-                f"operations {sorted(operations)}"
-            )
-        if name not in bindings:
-            try:
-                bindings[name] = describe(call.op)
-            except FingerprintError as exc:
-                raise ExperienceError(f"binding {name!r}: {exc}") from exc
-        call.binding = name
-    payloads = Payloads()
-    encoder = _TreeEncoder(codecs, payloads=payloads)
-    document = {
-        "format": FORMAT,
-        "version": VERSION,
-        "bindings": bindings,
-        "roots": [encoder.encode(value, f"input {i}") for i, value in enumerate(session._roots)],
-        "calls": [
-            {
-                "op": call.binding,
-                "kind": call.kind,
-                "args": encoder.encode(call.arg_tree, f"call {call.index} arguments"),
-                "kwargs": encoder.encode(call.kwarg_tree, f"call {call.index} arguments"),
-                "result": encoder.encode(call.recorded, f"call {call.index} result") if call.kind == EXTERNAL else None,
-            }
-            for call in session.calls
-        ],
-        "supervisions": [
-            {
-                "output": {"call": s.output.call, "path": _saved_path(s.output.path, f"supervision {i}")},
-                "target": encoder.encode(s.target, f"supervision {i} target"),
-                "loss": s.loss,
-                "source": s.source if isinstance(s.source, str) else list(s.source),
-            }
-            for i, s in enumerate(session.supervisions)
-        ],
-    }
-    try:
-        text = json.dumps(document, allow_nan=False, separators=(",", ":"))
-    except (ValueError, TypeError) as exc:  # pragma: no cover - the encoder already refuses these
-        raise ExperienceError(f"experience is not serializable: {exc}") from exc
-    write_atomic(path, payloads.chunks(text))
-
-
 def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None):
     """Load an experience bound to the supplied, already-constructed ``operations``.
 
     Raises ``ExperienceError`` (a ``ValueError``) naming the problem for any malformed or incompatible file.
     """
-    from ._trace import Trace
-
     if not isinstance(operations, Mapping):
         raise TypeError("operations must be a mapping of binding name to operation")
     try:
@@ -128,9 +65,7 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
     roots = _list(document["roots"], "roots")
     calls = _list(document["calls"], "calls")
     supervisions = _list(document["supervisions"], "supervisions")
-    session = Trace()
-    session._closed = session._entered = session._released = True
-    session._roots = [decoder.decode(value, f"input {i}") for i, value in enumerate(roots)]
+    session = restored_trace([decoder.decode(value, f"input {i}") for i, value in enumerate(roots)])
     for index, entry in enumerate(calls):
         where = f"call {index}"
         if not isinstance(entry, dict):
@@ -142,7 +77,7 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
         kind = entry["kind"]
         if kind not in (PURE, EXTERNAL) or kind != bindings[name].get("replay"):
             raise ExperienceError(f"{where}: kind {kind!r} does not match binding {name!r}")
-        markers = _Markers(index, len(calls), len(session._roots), where)
+        markers = _Markers(index, len(calls), len(roots), where)
         args = decoder.decode(entry["args"], f"{where} arguments", node=markers)
         kwargs = decoder.decode(entry["kwargs"], f"{where} arguments", node=markers)
         if not isinstance(args, tuple) or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
@@ -177,22 +112,9 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
         elif not isinstance(source, str) or not source.strip():
             raise ExperienceError(f"{where}: source must be a nonempty provenance string")
         target = decoder.decode(entry["target"], f"{where} target")
-        session.supervisions.append(_tracing.Supervision(_tracing.OutputRef(call, path), target, loss, source))
+        output = dataclasses.replace(session.calls[call].output, path=path)
+        session.supervisions.append(_tracing.Supervision(output, target, loss, source))
     return session
-
-
-class _TreeEncoder(Encoder):
-    """Encodes argument trees: ``Ref``/``Root`` markers become tagged objects."""
-
-    def encode(self, value, where, depth=0):
-        kind = type(value)
-        if depth > MAX_DEPTH:  # markers too: the loader refuses a marker nested deeper than any other value
-            raise ExperienceError(f"{where}: value is nested more than {MAX_DEPTH} levels deep")
-        if kind is _tracing.Ref:
-            return {"$": "ref", "call": value.call, "path": _saved_path(value.path, where)}
-        if kind is _tracing.Root:
-            return {"$": "root", "index": value.index}
-        return super().encode(value, where, depth)
 
 
 class _Markers:
@@ -272,14 +194,3 @@ def _path(items, where: str) -> tuple:
     if not isinstance(items, list) or not all(isinstance(k, (int, str)) and not isinstance(k, bool) for k in items):
         raise ExperienceError(f"{where}: an output path is a list of integer or string keys")
     return tuple(items)
-
-
-def _saved_path(path: tuple, where: str) -> list:
-    """An output path as saved; the loader accepts only integer and string keys, so saving refuses others."""
-    for key in path:
-        if not isinstance(key, (int, str)) or isinstance(key, bool):
-            raise ExperienceError(
-                f"{where}: a reference into an output by key {key!r} cannot be saved: output paths hold only "
-                "integer and string keys (use a list or a string-keyed mapping for outputs that others consume)"
-            )
-    return list(path)

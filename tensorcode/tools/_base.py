@@ -19,6 +19,7 @@ from .._atomic import write_atomic
 from .._fingerprint import type_name
 from ..errors import ToolError
 from ._artifacts import MANIFEST, WEIGHTS, manifest_text, read_manifest, tool_directory
+from ._configuration import Configuration
 from ._protocol import CapturePlan
 from ._registry import _CLASSES
 
@@ -35,6 +36,9 @@ class Tool(nn.Module):
 
     FIELDS: ClassVar[dict[str, Any]] = {}
     NAME: ClassVar[str] = "tool"
+    # The library's tools declare their configuration as a frozen dataclass (defaults and bounds in one place);
+    # FIELDS is then its defaults. A tool of your own may declare FIELDS and check_configuration instead.
+    CONFIG: ClassVar[type[Configuration] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -59,6 +63,8 @@ class Tool(nn.Module):
     @classmethod
     def validate_configuration(cls, configuration: dict) -> dict:
         """Defaults filled in; an unknown field is refused naming it and the valid fields."""
+        if cls.CONFIG is not None:
+            return cls.CONFIG.from_mapping(configuration).as_dict()
         unknown = sorted(set(configuration) - set(cls.FIELDS))
         if unknown:
             valid = ", ".join(sorted(cls.FIELDS))
@@ -78,9 +84,8 @@ class Tool(nn.Module):
 
     @classmethod
     def configuration_for_mode(cls, mode: str, configuration: dict) -> dict:
-        """The configuration of a fresh tool for ``mode`` (``tools.create``); tools with modes in their
-        configuration override it."""
-        return dict(configuration)
+        """The configuration of a fresh tool for ``mode`` (``tools.create``)."""
+        return dict(configuration) if cls.CONFIG is None else cls.CONFIG.for_mode(mode, configuration)
 
     def configuration(self) -> dict:
         return json.loads(json.dumps(self._configuration))
@@ -195,41 +200,10 @@ class _Objective(nn.Module):
         self.tool = tool
 
     def configuration(self) -> dict:
-        return {"tool": type_name(type(self.tool)), "configuration": self.tool.configuration()}
+        # Input limits bound requests, not what the model computes: raising one must not orphan experiences or
+        # checkpoints, so they stay out of the fingerprint.
+        configuration = {k: v for k, v in self.tool.configuration().items() if k != "limits"}
+        return {"tool": type_name(type(self.tool)), "configuration": configuration}
 
     def forward(self, batch: Any) -> Any:
         return self.tool.objective(batch)
-
-
-def check_seed(configuration: dict) -> None:
-    seed = configuration["seed"]
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"seed: expected an integer or null, got {seed!r}")
-
-
-def check_positive(configuration: dict, *names: str, prefix: str = "") -> None:
-    """Each named field must be a positive integer (``prefix`` names a nested section in the message)."""
-    for name in names:
-        value = configuration[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{prefix}{name}: expected a positive integer, got {value!r}")
-
-
-def check_flags(configuration: dict, *names: str, prefix: str = "") -> None:
-    for name in names:
-        if not isinstance(configuration[name], bool):
-            raise ValueError(f"{prefix}{name}: expected true or false, got {configuration[name]!r}")
-
-
-def open_envelope(inputs: Any, modes, tool: str, field: str = "inputs") -> tuple[str | None, Any]:
-    """``(mode, payload)`` of a ``{"mode": ..., "inputs": ...}`` envelope, or ``(None, inputs)`` without one."""
-    if not (isinstance(inputs, dict) and "mode" in inputs):
-        return None, inputs
-    unknown = sorted(str(k) for k in set(inputs) - {"mode", "inputs"})
-    if unknown:
-        raise ValueError(f"{field}: unknown envelope key {unknown[0]!r}; valid keys: inputs, mode")
-    if inputs["mode"] not in modes:
-        raise ValueError(f"mode: unknown mode {inputs['mode']!r}; {tool} modes: {', '.join(modes)}")
-    if "inputs" not in inputs:
-        raise ValueError(f"{field}: the envelope is missing 'inputs'")
-    return inputs["mode"], inputs["inputs"]

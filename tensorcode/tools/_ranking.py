@@ -1,12 +1,8 @@
 """Scoring candidates against a question and evidence sources, with attention over the sources.
 
 Shared by the tools that rank supplied alternatives (Decision's hypotheses, Planner's plans; usable for an
-Investigator's ranking mode). Three pieces, each usable alone:
+Investigator's ranking mode). Inputs and targets are checked before they get here (``_validation``). Two pieces:
 
-- validation: :func:`check_ranking_input` (one ``{"question", "evidence", "<candidates>"}`` input, returned
-  as a normalized JSON-safe copy) and :func:`check_ranking_target` (an id, an index or a distribution,
-  returned as a distribution over the supplied candidates). Both raise ``ValueError`` naming the bad field and
-  touch no state, so a tool can validate a whole batch before recording anything.
 - the model: :class:`EvidenceRanker` scores every candidate with attention over the evidence sources
   (:class:`RankingOutput`), and :meth:`EvidenceRanker.context` summarises a question and its evidence into one
   vector (for a generator).
@@ -25,8 +21,6 @@ attention reported for ``k`` (where the model looked); with no evidence the scor
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +36,6 @@ __all__ = [
     "EvidenceRanker",
     "RankingOutput",
     "candidate_attention",
-    "check_ranking_input",
-    "check_ranking_target",
-    "check_text",
     "distribution_tensor",
     "ranking_receipt",
     "soft_cross_entropy",
@@ -53,132 +44,6 @@ __all__ = [
 # Padding scores are a large finite negative rather than -inf: outputs stay finite (they may be snapshotted)
 # and a fully padded row cannot turn gradients into NaN. It also fits in float16.
 NEGATIVE = -1.0e4
-_SUM_TOLERANCE = 1e-4
-
-
-# -- validation ----------------------------------------------------------------------------------------------
-def check_text(value: Any, field: str) -> str:
-    """A nonempty string (not only whitespace), else ``ValueError`` naming ``field``."""
-    if not isinstance(value, str):
-        raise ValueError(f"{field}: expected text (a string), got {type(value).__name__}")
-    if not value.strip():
-        raise ValueError(f"{field}: text is empty")
-    return value
-
-
-def check_ranking_input(
-    value: Any,
-    *,
-    field: str = "inputs",
-    question_key: str = "question",
-    candidates_key: str = "hypotheses",
-    require_candidates: bool = True,
-) -> dict:
-    """Validate one ranking input and return a normalized copy.
-
-    ``value`` is ``{question_key: text, "evidence": [{"source_id", "text"}], candidates_key: [{"id",
-    "text"}]}``; ``evidence`` may be omitted (no evidence). Unknown keys, empty text, non-string or duplicate
-    ids and an empty candidate list are refused with a ``ValueError`` naming the field
-    (``inputs['hypotheses'][1]['id']``). With ``require_candidates=False`` the candidate list may be absent
-    (it is then returned empty), for objectives that only read the question and evidence.
-    """
-    if not isinstance(value, dict):
-        raise ValueError(
-            f"{field}: expected a mapping with keys {question_key!r}, 'evidence', {candidates_key!r}; "
-            f"got {type(value).__name__}"
-        )
-    allowed = {question_key, "evidence", candidates_key}
-    unknown = sorted(str(k) for k in set(value) - allowed)
-    if unknown:
-        raise ValueError(f"{field}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(allowed))}")
-    if question_key not in value:
-        raise ValueError(f"{field}: missing {question_key!r}")
-    question = check_text(value[question_key], f"{field}[{question_key!r}]")
-    evidence = _check_items(value.get("evidence", []), f"{field}['evidence']", "source_id", allow_empty=True)
-    if candidates_key in value or require_candidates:
-        if candidates_key not in value:
-            raise ValueError(f"{field}: missing {candidates_key!r}")
-        candidates = _check_items(value[candidates_key], f"{field}[{candidates_key!r}]", "id", allow_empty=False)
-    else:
-        candidates = []
-    return {question_key: question, "evidence": evidence, candidates_key: candidates}
-
-
-def check_ranking_target(
-    target: Any, candidate_ids: Sequence[str], *, field: str = "targets", noun: str = "hypothesis"
-) -> list[float]:
-    """Return the target as a distribution over ``candidate_ids``.
-
-    A target is a candidate id (str), an index (int, not bool) or a finite nonnegative distribution summing
-    to one (a list, tuple or 1-D tensor with one number per candidate). Anything else is refused naming
-    ``field``.
-    """
-    count = len(candidate_ids)
-    if isinstance(target, str):
-        if target not in candidate_ids:
-            raise ValueError(
-                f"{field}: unknown {noun} id {target!r}; supplied ids: {', '.join(map(repr, candidate_ids))}"
-            )
-        return _one_hot(candidate_ids.index(target), count)
-    if isinstance(target, bool):
-        raise ValueError(f"{field}: a {noun} target is an id, an index or a distribution, not a bool")
-    if isinstance(target, int):
-        if not 0 <= target < count:
-            raise ValueError(f"{field}: index {target} out of range for {count} supplied {noun} candidates")
-        return _one_hot(target, count)
-    if isinstance(target, torch.Tensor):
-        if target.dim() != 1 or target.is_complex() or target.dtype == torch.bool:
-            raise ValueError(f"{field}: a distribution tensor must be 1-D and real, got shape {tuple(target.shape)}")
-        target = target.detach().to("cpu", torch.float64).tolist()
-    if isinstance(target, (list, tuple)):
-        if len(target) != count:
-            raise ValueError(f"{field}: distribution has {len(target)} values for {count} supplied {noun} candidates")
-        values = []
-        for i, p in enumerate(target):
-            if isinstance(p, bool) or not isinstance(p, (int, float)):
-                raise ValueError(f"{field}[{i}]: expected a number, got {type(p).__name__}")
-            if not math.isfinite(p):
-                raise ValueError(f"{field}[{i}]: distribution values must be finite, got {p}")
-            if p < 0:
-                raise ValueError(f"{field}[{i}]: distribution values must be nonnegative, got {p}")
-            values.append(float(p))
-        total = sum(values)
-        if abs(total - 1.0) > _SUM_TOLERANCE:
-            raise ValueError(f"{field}: distribution must sum to one, sums to {total:.6g}")
-        return [v / total for v in values]
-    raise ValueError(
-        f"{field}: a {noun} target is an id (str), an index (int) or a distribution (list of numbers), "
-        f"got {type(target).__name__}"
-    )
-
-
-def _one_hot(index: int, count: int) -> list[float]:
-    return [1.0 if i == index else 0.0 for i in range(count)]
-
-
-def _check_items(items: Any, field: str, id_key: str, *, allow_empty: bool) -> list[dict]:
-    if not isinstance(items, (list, tuple)):
-        raise ValueError(f"{field}: expected a list of {{{id_key!r}, 'text'}} mappings, got {type(items).__name__}")
-    if not items and not allow_empty:
-        raise ValueError(f"{field}: needs at least one entry")
-    seen: set[str] = set()
-    normalized = []
-    for i, item in enumerate(items):
-        where = f"{field}[{i}]"
-        if not isinstance(item, dict):
-            raise ValueError(f"{where}: expected a mapping with {id_key!r} and 'text', got {type(item).__name__}")
-        unknown = sorted(str(k) for k in set(item) - {id_key, "text"})
-        if unknown:
-            raise ValueError(f"{where}: unknown key {unknown[0]!r}; valid keys: {id_key}, text")
-        for key in (id_key, "text"):
-            if key not in item:
-                raise ValueError(f"{where}: missing {key!r}")
-        identifier = check_text(item[id_key], f"{where}[{id_key!r}]")
-        if identifier in seen:
-            raise ValueError(f"{where}[{id_key!r}]: duplicate id {identifier!r}")
-        seen.add(identifier)
-        normalized.append({id_key: identifier, "text": check_text(item["text"], f"{where}['text']")})
-    return normalized
 
 
 # -- model ---------------------------------------------------------------------------------------------------

@@ -15,13 +15,15 @@ import torch
 from torch import nn
 
 from ..errors import StaleIndexError
-from ._investigator_inputs import records, text
+from ._checks import records, text
 from ._text import TextEncoder, Tokenizer
 
 SNAPSHOT_FORMAT = "tensorcode-episodic-index"
 SNAPSHOT_VERSION = 1
 # Logits of query/document pairs from different reviewed groups: never compared, so never a negative.
 _UNRELATED = -1e4
+# An index is built by its owner from records it chose, so only requests are bounded, not the index.
+_NO_LIMIT = float("inf")
 
 
 class EpisodicEncoder(nn.Module):
@@ -138,7 +140,8 @@ class EpisodicIndex:
 
     def add(self, new_records: Any) -> None:
         """Index ``[{"source_id", "text"}]``; ids must be new. Nothing is added if any record is bad."""
-        checked = records(new_records, "records")
+        checked = records(new_records, "records", "source_id", limit=_NO_LIMIT, limit_name="records",
+                          text_limit=None, allow_empty=False)
         known = {r["source_id"] for r in self._records}
         for i, record in enumerate(checked):
             if record["source_id"] in known:

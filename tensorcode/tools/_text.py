@@ -95,16 +95,6 @@ class Generator(nn.Module):
         self.gru = nn.GRU(dim, dim, batch_first=True)
         self.out = nn.Linear(2 * dim, BYTE_VOCAB)
 
-    def check_target(self, text: str, field: str, noun: str) -> str:
-        """A reviewed target text must fit the length limit, or training could never reproduce it."""
-        size = len(text.encode("utf-8"))
-        if size > self.max_length:
-            raise ValueError(
-                f"{field}: reviewed {noun} is {size} bytes, longer than max_length={self.max_length}; "
-                "shorten it or configure a larger max_length"
-            )
-        return text
-
     def loss(self, context: torch.Tensor, targets: list[str]) -> torch.Tensor:
         """Teacher-forced cross-entropy of ``targets`` (texts) given ``context`` ``(batch, dim)``."""
         rows = [Tokenizer.encode_bytes(t)[: self.max_length] + [EOS] for t in targets]

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from .. import receipts
 from ..training.calibration import TemperatureCalibration
-from ._investigator_inputs import LABELS
+from ._checks import LABELS
 from ._retrieval import WeightWatch
 from ._text import TextEncoder, Tokenizer
 

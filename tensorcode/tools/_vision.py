@@ -1,4 +1,4 @@
-"""Image pieces for Scene: pixel validation, resizing, a patch encoder and attention over its patches.
+"""Image pieces for Scene: resizing, a patch encoder and attention over its patches.
 
 Images of any size are resized to one square working size, so a batch is one tensor and the patch grid (what a
 reviewer sees attention over) has the same shape for every image; each grid cell covers the same fraction of
@@ -12,33 +12,6 @@ import math
 import torch
 from torch import nn
 from torch.nn import functional as F
-
-
-def check_pixels(pixels: object, field: str = "pixels") -> torch.Tensor:
-    """``pixels`` as a detached float32 ``(3, H, W)`` tensor; otherwise ``ValueError`` naming ``field``."""
-    if not isinstance(pixels, torch.Tensor):
-        raise ValueError(
-            f"{field} must be a torch float tensor of shape (3, H, W), got {type(pixels).__name__}"
-        )
-    if pixels.layout != torch.strided:
-        raise ValueError(f"{field} must be a dense tensor; make it dense with `.to_dense()`")
-    if not pixels.is_floating_point():
-        raise ValueError(
-            f"{field} must be a floating-point tensor with values in [0, 1], got {pixels.dtype}; "
-            "for 8-bit images use `pixels.float() / 255`"
-        )
-    if pixels.dim() != 3 or pixels.shape[0] != 3 or pixels.shape[1] < 1 or pixels.shape[2] < 1:
-        raise ValueError(
-            f"{field} must have shape (3, H, W) (RGB channels first), got {tuple(pixels.shape)}; "
-            "use `image.permute(2, 0, 1)` for (H, W, 3) data"
-        )
-    pixels = pixels.detach()
-    if not bool(torch.isfinite(pixels).all()):
-        raise ValueError(f"{field} must be finite; it contains NaN or infinite values")
-    low, high = float(pixels.min()), float(pixels.max())
-    if low < 0.0 or high > 1.0:
-        raise ValueError(f"{field} values must lie in [0, 1], got range [{low:g}, {high:g}]")
-    return pixels.to(torch.float32).contiguous()
 
 
 def resize(pixels: torch.Tensor, size: int) -> torch.Tensor:

@@ -12,10 +12,12 @@ from torch import nn
 
 from .. import receipts
 from .._atomic import write_atomic
+from . import _checks as check
 from . import _metrics as metrics
-from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
+from . import _validation as validation
+from ._base import CapturePlan, Tool
+from ._configuration import ChatbotConfig
 from ._decoding import log_probabilities
-from ._ranking import check_text
 from ._receipts import model_id
 from ._text import Generator, TextEncoder, Tokenizer
 
@@ -49,27 +51,15 @@ class Chatbot(Tool):
       With 0 a message is answered on its own, exactly as ``bot(text)`` answers it, which is what a bot
       trained on single-turn pairs needs; raise it for a bot trained on conversation inputs
       (``turn["input"]``).
+    - ``limits`` (mapping): the largest request accepted (``max_batch``, ``max_text_chars``); see
+      ``tensorcode.tools.Limits``.
+
+    Upper bounds: ``dim`` 512, ``buckets`` 65536, ``max_words`` 512, ``max_length`` 4096, ``history_turns`` 64.
     """
 
     NAME: ClassVar[str] = "chatbot"
-    FIELDS: ClassVar[dict[str, Any]] = {
-        "seed": 0,
-        "dim": 64,
-        "buckets": 4096,
-        "max_words": 64,
-        "lowercase": True,
-        "max_length": 96,
-        "history_turns": 0,
-    }
-
-    @classmethod
-    def check_configuration(cls, configuration: dict) -> None:
-        check_seed(configuration)
-        check_positive(configuration, "dim", "buckets", "max_words", "max_length")
-        turns = configuration["history_turns"]
-        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
-            raise ValueError(f"history_turns: expected a nonnegative integer, got {turns!r}")
-        check_flags(configuration, "lowercase")
+    CONFIG: ClassVar[type[ChatbotConfig]] = ChatbotConfig
+    FIELDS: ClassVar[dict[str, Any]] = ChatbotConfig.defaults()
 
     def build(self) -> None:
         config = self._configuration
@@ -84,11 +74,15 @@ class Chatbot(Tool):
         """The reply to ``text``, or the list of replies to a list of texts."""
         if isinstance(text, (list, tuple)):
             return self.generate(text)
-        return self.generate([check_text(text, "text")])[0]
+        return self.generate([self._text(text, "text")])[0]
 
     def generate(self, texts: list[str]) -> list[str]:
         """Greedy replies to a batch of texts, one batched forward."""
-        texts = _texts(texts, "texts")
+        if not isinstance(texts, (list, tuple)):
+            raise ValueError(f"texts: expected a list of texts, got {type(texts).__name__}")
+        limits = self._configuration["limits"]
+        texts = check.texts(texts, "texts", limit=limits["max_batch"], limit_name="max_batch",
+                            text_limit=limits["max_text_chars"])
         with torch.no_grad():
             return self.generator.generate(self._context(texts))
 
@@ -101,7 +95,7 @@ class Chatbot(Tool):
         falls when that word is left out (occlusion), normalised to sum to one (uniform when no word matters).
         One batched forward over the text and its variants.
         """
-        text = check_text(text, "text")
+        text = self._text(text, "text")
         ids = self.tokenizer.ids(self.tokenizer.pieces(text))
         rows = [ids or [1]] + [(ids[:i] + ids[i + 1 :]) or [1] for i in range(len(ids))]
         with torch.no_grad():
@@ -122,23 +116,13 @@ class Chatbot(Tool):
 
     def reply_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
         """Teacher-forced loss of reviewed replies ``targets`` to ``inputs`` (same forms as ``capture``)."""
-        plan = self.plan_capture(inputs, targets)
-        return self._reply_loss(self.objective(plan.inputs), plan.target)
+        return self.loss(inputs, targets)
 
     # -- training protocol ---------------------------------------------------------------------------------
     def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:
-        _, inputs = open_envelope(inputs, MODES, "Chatbot")
-        if isinstance(inputs, str):
-            texts = [check_text(inputs, "inputs")]
-            if not isinstance(targets, str):
-                raise ValueError(f"targets: one input text takes one reply text, got {type(targets).__name__}")
-            replies = [self._check_reply(targets, "targets")]
-        else:
-            texts = _texts(inputs, "inputs")
-            if not isinstance(targets, (list, tuple)) or len(targets) != len(texts):
-                got = len(targets) if isinstance(targets, (list, tuple)) else type(targets).__name__
-                raise ValueError(f"targets: expected a list of {len(texts)} replies (one per input), got {got}")
-            replies = [self._check_reply(t, f"targets[{i}]") for i, t in enumerate(targets)]
+        request = validation.read_inputs(self.NAME, inputs, self._configuration)
+        replies = validation.read_targets(self.NAME, request, targets, self._configuration)
+        texts = request.items
         return CapturePlan(self.NAME, {"mode": "reply", "texts": texts}, replies, "chatbot.reply", len(texts))
 
     def objective(self, batch: Any) -> dict[str, torch.Tensor]:
@@ -165,8 +149,8 @@ class Chatbot(Tool):
     def _reply_loss(self, output: dict[str, torch.Tensor], target: list[str]) -> torch.Tensor:
         return self.generator.loss(output["context"], list(target))
 
-    def _check_reply(self, value: Any, field: str) -> str:
-        return self.generator.check_target(check_text(value, field), field, "reply")
+    def _text(self, value: Any, field: str) -> str:
+        return check.text(value, field, self._configuration["limits"]["max_text_chars"])
 
 
 class Conversation:
@@ -197,7 +181,7 @@ class Conversation:
 
     def prompt(self, text: str) -> str:
         """The model input for ``text`` now: recent exchanges (as many as fit the encoder) and the message."""
-        check_text(text, "text")
+        self.bot._text(text, "text")
         keep = self.bot.configuration()["history_turns"]
         history = self._turns[max(0, len(self._turns) - keep) :] if keep else []
         limit = self.bot.tokenizer.max_words
@@ -237,14 +221,6 @@ class Conversation:
         return cls(bot, _check_turns(document.get("turns"), f"{path}: turns"))
 
 
-def _texts(texts: Any, field: str) -> list[str]:
-    if not isinstance(texts, (list, tuple)):
-        raise ValueError(f"{field}: expected a list of texts, got {type(texts).__name__}")
-    if not texts:
-        raise ValueError(f"{field}: empty batch; pass at least one text")
-    return [check_text(t, f"{field}[{i}]") for i, t in enumerate(texts)]
-
-
 def _check_turns(turns: Any, field: str) -> list[dict]:
     if not isinstance(turns, list):
         raise ValueError(f"{field}: expected a list of turns, got {type(turns).__name__}")
@@ -253,7 +229,7 @@ def _check_turns(turns: Any, field: str) -> list[dict]:
         if not isinstance(turn, dict) or set(turn) != {"user", "reply", "input"}:
             raise ValueError(f"{field}[{i}]: a turn is a mapping with exactly 'user', 'reply' and 'input'")
         for key in ("user", "input"):
-            check_text(turn[key], f"{field}[{i}][{key!r}]")
+            check.text(turn[key], f"{field}[{i}][{key!r}]")
         if not isinstance(turn["reply"], str):
             raise ValueError(f"{field}[{i}]['reply']: expected text, got {type(turn['reply']).__name__}")
         checked.append({"user": turn["user"], "reply": turn["reply"], "input": turn["input"]})

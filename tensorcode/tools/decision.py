@@ -7,18 +7,11 @@ from typing import Any, ClassVar
 import torch
 
 from . import _metrics as metrics
-from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
-from ._ranking import (
-    EvidenceRanker,
-    check_ranking_input,
-    check_ranking_target,
-    distribution_tensor,
-    ranking_receipt,
-    soft_cross_entropy,
-)
+from . import _validation as validation
+from ._base import CapturePlan, Tool
+from ._configuration import DecisionConfig
+from ._ranking import EvidenceRanker, distribution_tensor, ranking_receipt, soft_cross_entropy
 from ._text import Tokenizer
-
-MODES = ("rank",)
 
 
 class Decision(Tool):
@@ -42,22 +35,15 @@ class Decision(Tool):
     - ``buckets`` (int, default 4096): hashed word-id buckets of the open-vocabulary tokenizer.
     - ``max_words`` (int, default 64): words kept per text.
     - ``lowercase`` (bool, default true): lowercase text before hashing words.
+    - ``limits`` (mapping): the largest request accepted (``max_batch``, ``max_candidates``, ``max_evidence``,
+      ``max_text_chars``); see ``tensorcode.tools.Limits``.
+
+    Upper bounds: ``dim`` 512, ``buckets`` 65536, ``max_words`` 512.
     """
 
     NAME: ClassVar[str] = "decision"
-    FIELDS: ClassVar[dict[str, Any]] = {
-        "seed": 0,
-        "dim": 32,
-        "buckets": 4096,
-        "max_words": 64,
-        "lowercase": True,
-    }
-
-    @classmethod
-    def check_configuration(cls, configuration: dict) -> None:
-        check_seed(configuration)
-        check_positive(configuration, "dim", "buckets", "max_words")
-        check_flags(configuration, "lowercase")
+    CONFIG: ClassVar[type[DecisionConfig]] = DecisionConfig
+    FIELDS: ClassVar[dict[str, Any]] = DecisionConfig.defaults()
 
     def build(self) -> None:
         config = self._configuration
@@ -67,44 +53,30 @@ class Decision(Tool):
     # -- prediction ----------------------------------------------------------------------------------------
     def forward(self, inputs: Any) -> dict | list[dict]:
         """Rank one input (returns a receipt) or a list of inputs (returns a list of receipts)."""
-        examples, single = _examples(inputs)
+        request = validation.read_inputs(self.NAME, inputs, self._configuration)
+        examples = request.items
         with torch.no_grad():
             output = self.ranker(*_columns(examples), words=True)
         receipts = [
             ranking_receipt(self, "rank", example["hypotheses"], example["evidence"], output, b)
             for b, example in enumerate(examples)
         ]
-        return receipts[0] if single else receipts
+        return receipts if request.batched else receipts[0]
 
     def ranking_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
         """The training loss of ``inputs``/``targets`` (same forms as ``capture``), differentiable."""
-        plan = self.plan_capture(inputs, targets)
-        return self.losses()[plan.loss](self.objective(plan.inputs), plan.target)
+        return self.loss(inputs, targets)
 
     # -- training protocol ---------------------------------------------------------------------------------
     def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:
-        examples, single = _examples(inputs)
-        if single:
-            targets = [targets]
-        elif not isinstance(targets, (list, tuple)) or len(targets) != len(examples):
-            got = len(targets) if isinstance(targets, (list, tuple)) else type(targets).__name__
-            raise ValueError(
-                f"targets: expected a list of {len(examples)} targets (one per input), got {got}"
-            )
-        distributions = [
-            check_ranking_target(
-                target,
-                [h["id"] for h in example["hypotheses"]],
-                field="targets" if single else f"targets[{i}]",
-            )
-            for i, (example, target) in enumerate(zip(examples, targets, strict=True))
-        ]
+        request = validation.read_inputs(self.NAME, inputs, self._configuration)
+        distributions = validation.read_targets(self.NAME, request, targets, self._configuration)
         return CapturePlan(
             operation=self.NAME,
-            inputs={"mode": "rank", "examples": examples},
+            inputs={"mode": "rank", "examples": request.items},
             target=distribution_tensor(distributions),
             loss="decision.rank",
-            examples=len(examples),
+            examples=len(request.items),
         )
 
     def objective(self, batch: Any) -> dict[str, torch.Tensor]:
@@ -125,16 +97,6 @@ class Decision(Tool):
 
 def _rank_loss(output: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
     return soft_cross_entropy(output["scores"], output["mask"], target)
-
-
-def _examples(inputs: Any) -> tuple[list[dict], bool]:
-    """Normalized examples and whether a single input was given; validates everything first."""
-    _, inputs = open_envelope(inputs, MODES, "Decision")
-    if isinstance(inputs, (list, tuple)):
-        if not inputs:
-            raise ValueError("inputs: empty batch; pass one input or a nonempty list of inputs")
-        return [check_ranking_input(x, field=f"inputs[{i}]") for i, x in enumerate(inputs)], False
-    return [check_ranking_input(inputs, field="inputs")], True
 
 
 def _columns(examples: list[dict]) -> tuple[list[str], list[list[str]], list[list[str]]]:

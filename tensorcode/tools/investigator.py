@@ -7,27 +7,20 @@ from typing import Any, ClassVar
 import torch
 
 from .. import receipts
-from . import _investigator_inputs as checks
+from . import _checks as check
 from . import _metrics as metrics
-from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed
-from ._investigator_inputs import LABELS, MODES
+from . import _validation as validation
+from ._base import CapturePlan, Tool
+from ._checks import LABELS
+from ._configuration import InvestigatorConfig
 from ._proposal import Proposer
-from ._ranking import (
-    EvidenceRanker,
-    check_ranking_input,
-    check_ranking_target,
-    distribution_tensor,
-    ranking_receipt,
-    soft_cross_entropy,
-)
+from ._ranking import EvidenceRanker, distribution_tensor, ranking_receipt, soft_cross_entropy
 from ._receipts import forget_model_id, model_id
 from ._retrieval import EpisodicEncoder, EpisodicIndex, contrastive_loss, group_logits, group_target
 from ._text import Tokenizer
 from ._verifier import Verifier
 
 __all__ = ["EpisodicIndex", "Investigator"]
-
-_RETRIEVAL_DEFAULTS = {"dim": 32, "frozen": False}
 
 
 class Investigator(Tool):
@@ -71,67 +64,16 @@ class Investigator(Tool):
       ``episodic_encoder`` (required by the ``retrieval`` mode; missing fields take these defaults). A frozen
       encoder stays in eval mode under the training-mode policy and refuses training until
       ``unfreeze_retrieval()`` (then build a new Trainer, whose optimizer will own it).
+    - ``limits`` (mapping): the largest request accepted (``max_batch``, ``max_candidates`` hypotheses,
+      ``max_evidence``, ``max_queries``, ``max_documents``, ``max_text_chars``); see ``tensorcode.tools.Limits``.
+
+    Upper bounds: ``dim`` 512, ``buckets`` 65536, ``max_words`` 512, ``max_length`` 4096, ``proposals`` 32,
+    ``beam_width`` 32, ``retrieval_encoder.dim`` 512.
     """
 
     NAME: ClassVar[str] = "investigator"
-    FIELDS: ClassVar[dict[str, Any]] = {
-        "seed": 0,
-        "modes": list(MODES),
-        "dim": 32,
-        "buckets": 4096,
-        "max_words": 64,
-        "lowercase": True,
-        "max_length": 48,
-        "proposals": 3,
-        "beam_width": 4,
-        "retrieval_encoder": dict(_RETRIEVAL_DEFAULTS),
-    }
-
-    @classmethod
-    def configuration_for_mode(cls, mode: str, configuration: dict) -> dict:
-        """A fresh Investigator for one mode builds only that mode's modules (unless ``modes`` is given)."""
-        configuration = dict(configuration)
-        modes = configuration.setdefault("modes", [mode])
-        if isinstance(modes, list) and mode not in modes:
-            raise ValueError(f"modes: {modes} does not include the mode {mode!r}")
-        if mode != "retrieval":
-            configuration.setdefault("retrieval_encoder", None)
-        return configuration
-
-    @classmethod
-    def validate_configuration(cls, configuration: dict) -> dict:
-        section = configuration.get("retrieval_encoder")
-        if isinstance(section, dict):
-            configuration = {**configuration, "retrieval_encoder": {**_RETRIEVAL_DEFAULTS, **section}}
-        return super().validate_configuration(configuration)
-
-    @classmethod
-    def check_configuration(cls, configuration: dict) -> None:
-        check_seed(configuration)
-        check_positive(configuration, "dim", "buckets", "max_words", "max_length", "proposals", "beam_width")
-        check_flags(configuration, "lowercase")
-        modes = configuration["modes"]
-        if not isinstance(modes, list) or not modes:
-            raise ValueError(f"modes: expected a nonempty list drawn from {list(MODES)}, got {modes!r}")
-        for mode in modes:
-            if mode not in MODES:
-                raise ValueError(f"modes: unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
-        if len(set(modes)) != len(modes):
-            raise ValueError(f"modes: duplicate mode in {modes}")
-        section = configuration["retrieval_encoder"]
-        if section is None:
-            if "retrieval" in modes:
-                raise ValueError("retrieval_encoder: the 'retrieval' mode needs a retrieval_encoder section")
-            return
-        if not isinstance(section, dict):
-            raise ValueError(f"retrieval_encoder: expected a mapping or null, got {section!r}")
-        unknown = sorted(str(k) for k in set(section) - set(_RETRIEVAL_DEFAULTS))
-        if unknown:
-            raise ValueError(
-                f"retrieval_encoder: unknown field {unknown[0]!r}; valid fields: {', '.join(_RETRIEVAL_DEFAULTS)}"
-            )
-        check_positive(section, "dim", prefix="retrieval_encoder.")
-        check_flags(section, "frozen", prefix="retrieval_encoder.")
+    CONFIG: ClassVar[type[InvestigatorConfig]] = InvestigatorConfig
+    FIELDS: ClassVar[dict[str, Any]] = InvestigatorConfig.defaults()
 
     def build(self) -> None:
         config = self._configuration
@@ -148,11 +90,10 @@ class Investigator(Tool):
     # -- prediction ----------------------------------------------------------------------------------------
     def forward(self, inputs: Any) -> dict | list[dict]:
         """One receipt for one input, a list of receipts for a list of inputs (one batched forward)."""
-        mode, payload = checks.envelope(inputs, self._configuration["modes"])
-        items, batched = self._items(mode, payload)
+        request = validation.read_inputs(self.NAME, inputs, self._configuration)
         with torch.no_grad():
-            out = getattr(self, f"_receipts_{mode}")(items)
-        return out if batched else out[0]
+            out = getattr(self, f"_receipts_{request.mode}")(request.items)
+        return out if request.batched else out[0]
 
     def _receipts_rank(self, examples: list[dict]) -> list[dict]:
         output = self.ranker(*_columns(examples), words=True)
@@ -186,8 +127,8 @@ class Investigator(Tool):
     def propose(self, inputs: Any, count: int = 3) -> list[str] | list[list[str]]:
         """``count`` distinct proposed hypothesis texts (greedy first) per input; deterministic."""
         _check_positive_int(count, "count")
-        self._require("proposal")
-        items, batched = self._items("proposal", inputs)
+        request = self._request("proposal", inputs)
+        items, batched = request.items, request.batched
         with torch.no_grad():
             proposals = self.proposer.propose(self.proposer(items), count, self._configuration["beam_width"],
                                               self._configuration["seed"] or 0)
@@ -196,15 +137,16 @@ class Investigator(Tool):
 
     def verification_logits(self, pairs: Any) -> torch.Tensor:
         """Raw verifier logits ``(pairs, 3)`` in ``LABELS`` order, detached (e.g. to fit the calibration)."""
-        self._require("verification")
-        items, _ = self._items("verification", pairs)
+        items = self._request("verification", pairs).items
         with torch.no_grad():
             return self.verifier(items)
 
     def calibrate_verifier(self, pairs: Any, labels: Any) -> dict:
         """Fit ``verifier.calibration`` on held-out pairs with named labels; returns the fit report."""
-        items, batched = self._items("verification", pairs)
-        names = [checks.label(t, f"labels[{i}]") for i, t in enumerate(checks.targets_for(labels, len(items), batched))]
+        request = self._request("verification", pairs)
+        items = request.items
+        targets = check.targets_for(labels, len(items), request.batched, "labels")
+        names = [check.label(t, f"labels[{i}]") for i, t in enumerate(targets)]
         logits = self.verification_logits(items)
         return self.verifier.calibration.fit(logits, [LABELS.index(n) for n in names])
 
@@ -214,20 +156,16 @@ class Investigator(Tool):
 
     # -- losses outside the trainer ------------------------------------------------------------------------
     def ranking_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
-        return self._loss({"mode": "rank", "inputs": inputs}, targets)
+        return self.loss({"mode": "rank", "inputs": inputs}, targets)
 
     def verification_loss(self, pairs: Any, labels: Any) -> torch.Tensor:
-        return self._loss({"mode": "verification", "inputs": pairs}, labels)
+        return self.loss({"mode": "verification", "inputs": pairs}, labels)
 
     def proposal_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
-        return self._loss({"mode": "proposal", "inputs": inputs}, targets)
+        return self.loss({"mode": "proposal", "inputs": inputs}, targets)
 
     def retrieval_loss(self, inputs: Any, mask: Any) -> torch.Tensor:
-        return self._loss({"mode": "retrieval", "inputs": inputs}, mask)
-
-    def _loss(self, inputs: Any, targets: Any) -> torch.Tensor:
-        plan = self.plan_capture(inputs, targets)
-        return self.losses()[plan.loss](self.objective(plan.inputs), plan.target)
+        return self.loss({"mode": "retrieval", "inputs": inputs}, mask)
 
     # -- retrieval foundation ------------------------------------------------------------------------------
     def unfreeze_retrieval(self) -> None:
@@ -253,31 +191,17 @@ class Investigator(Tool):
 
     # -- training protocol ---------------------------------------------------------------------------------
     def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:
-        mode, payload = checks.envelope(inputs, self._configuration["modes"])
-        if mode == "retrieval" and self._configuration["retrieval_encoder"]["frozen"]:
-            raise ValueError(
-                "retrieval_encoder.frozen: the retrieval encoder is frozen and cannot be trained; call "
-                "model.unfreeze_retrieval() (or configure retrieval_encoder={'frozen': false}) and build a new Trainer"
-            )
-        items, batched = self._items(mode, payload)
-        targets = checks.targets_for(targets, len(items), batched)
-        field = (lambda i: f"targets[{i}]") if batched else (lambda i: "targets")
+        request = validation.read_inputs(self.NAME, inputs, self._configuration)
+        checked = validation.read_targets(self.NAME, request, targets, self._configuration)
+        mode, items = request.mode, request.items
         if mode == "rank":
-            target = distribution_tensor([
-                check_ranking_target(t, [h["id"] for h in e["hypotheses"]], field=field(i))
-                for i, (e, t) in enumerate(zip(items, targets, strict=True))
-            ])
-            batch = {"mode": mode, "examples": items}
+            target, batch = distribution_tensor(checked), {"mode": mode, "examples": items}
         elif mode == "verification":
-            target = [checks.label(t, field(i)) for i, t in enumerate(targets)]
-            batch = {"mode": mode, "pairs": items}
+            target, batch = checked, {"mode": mode, "pairs": items}
         elif mode == "proposal":
-            target = [checks.proposal_target(t, field(i)) for i, t in enumerate(targets)]
-            batch = {"mode": mode, "examples": items}
+            target, batch = checked, {"mode": mode, "examples": items}
         else:
-            target = group_target([checks.retrieval_mask(t, g, field(i))
-                                   for i, (g, t) in enumerate(zip(items, targets, strict=True))])
-            batch = {"mode": mode, "groups": items}
+            target, batch = group_target(checked), {"mode": mode, "groups": items}
         return CapturePlan(operation=self.NAME, inputs=batch, target=target, loss=f"{self.NAME}.{mode}",
                            examples=len(items))
 
@@ -314,24 +238,14 @@ class Investigator(Tool):
         return {f"{self.NAME}.{m}": available[m] for m in self._configuration["modes"]}
 
     # -- helpers -------------------------------------------------------------------------------------------
-    def _require(self, mode: str) -> None:
-        if mode not in self._configuration["modes"]:
-            raise ValueError(f"mode: {mode!r} is not enabled; configuration 'modes' are {self._configuration['modes']}")
-
-    def _items(self, mode: str, payload: Any) -> tuple[list[dict], bool]:
-        """Validated, normalized items of one mode and whether they were given as a list."""
-        raw, batched = checks.batch(payload)
-        field = (lambda i: f"inputs[{i}]") if batched else (lambda i: "inputs")
-        if mode == "rank":
-            items = [check_ranking_input(x, field=field(i)) for i, x in enumerate(raw)]
-        elif mode == "verification":
-            items = [checks.pair(x, field(i)) for i, x in enumerate(raw)]
-        elif mode == "proposal":
-            items = [check_ranking_input(x, field=field(i), require_candidates=False) for i, x in enumerate(raw)]
-            items = [{"question": x["question"], "evidence": x["evidence"]} for x in items]
-        else:
-            items = [checks.retrieval_group(x, field(i)) for i, x in enumerate(raw)]
-        return items, batched
+    def _request(self, mode: str, inputs: Any) -> validation.Request:
+        """Inputs of ``mode`` (plain, or already in that mode's envelope), checked."""
+        if not (isinstance(inputs, dict) and "mode" in inputs):
+            inputs = {"mode": mode, "inputs": inputs}
+        request = validation.read_inputs(self.NAME, inputs, self._configuration)
+        if request.mode != mode:
+            raise ValueError(f"mode: expected {mode} inputs, got mode {request.mode!r}")
+        return request
 
 
 def _verification_loss(logits: torch.Tensor, labels: list[str]) -> torch.Tensor:

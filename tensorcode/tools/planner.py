@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
@@ -10,14 +9,15 @@ from torch import nn
 
 from .. import receipts
 from . import _metrics as metrics
-from ._base import CapturePlan, Tool, check_flags, check_positive, check_seed, open_envelope
+from . import _validation as validation
+from ._base import CapturePlan, Tool
+from ._configuration import PlannerConfig
 from ._decoding import beam_search, log_probabilities
-from ._ranking import EvidenceRanker, candidate_attention, check_ranking_input, check_text
+from ._ranking import EvidenceRanker, candidate_attention
 from ._receipts import model_id, text_attention
 from ._text import Generator, Tokenizer
 
 MODES = ("outcomes", "proposal")
-PREFERENCES = ("max", "min")
 
 
 class Planner(Tool):
@@ -53,26 +53,15 @@ class Planner(Tool):
     - ``lowercase`` (bool, default true): lowercase text before hashing words.
     - ``max_length`` (int, default 96): most UTF-8 bytes in a generated plan (and in a proposal target).
     - ``prefer`` (``"max"`` or ``"min"``, default ``"max"``): whether a higher or a lower outcome is better.
+    - ``limits`` (mapping): the largest request accepted (``max_batch``, ``max_candidates`` plans,
+      ``max_evidence``, ``max_text_chars``); see ``tensorcode.tools.Limits``.
+
+    Upper bounds: ``dim`` 512, ``buckets`` 65536, ``max_words`` 512, ``max_length`` 4096.
     """
 
     NAME: ClassVar[str] = "planner"
-    FIELDS: ClassVar[dict[str, Any]] = {
-        "seed": 0,
-        "dim": 32,
-        "buckets": 4096,
-        "max_words": 64,
-        "lowercase": True,
-        "max_length": 96,
-        "prefer": "max",
-    }
-
-    @classmethod
-    def check_configuration(cls, configuration: dict) -> None:
-        check_seed(configuration)
-        check_positive(configuration, "dim", "buckets", "max_words", "max_length")
-        check_flags(configuration, "lowercase")
-        if configuration["prefer"] not in PREFERENCES:
-            raise ValueError(f"prefer: expected 'max' or 'min', got {configuration['prefer']!r}")
+    CONFIG: ClassVar[type[PlannerConfig]] = PlannerConfig
+    FIELDS: ClassVar[dict[str, Any]] = PlannerConfig.defaults()
 
     def build(self) -> None:
         config = self._configuration
@@ -87,26 +76,23 @@ class Planner(Tool):
     # -- prediction ----------------------------------------------------------------------------------------
     def forward(self, inputs: Any) -> dict | list[dict]:
         """Receipts for one input or a list of inputs (``outcome`` receipts, or ``generation`` receipts)."""
-        mode, examples, single = self._examples(inputs)
+        request = validation.read_inputs(self.NAME, inputs, self._configuration)
+        examples = request.items
         with torch.no_grad():
-            if mode == "proposal":
+            if request.mode == "proposal":
                 out = self._proposal_receipts(examples)
             else:
                 output = self._outcomes(examples, words=True)
-                out = [self._receipt(mode, example, output, b) for b, example in enumerate(examples)]
-        return out[0] if single else out
+                out = [self._receipt(request.mode, example, output, b) for b, example in enumerate(examples)]
+        return out if request.batched else out[0]
 
     def propose(self, inputs: Any, count: int = 1) -> list[str] | list[list[str]]:
         """``count`` distinct plan texts for one input (or a list per input): the greedy decoding first, then
         the next most likely beam-search alternatives. Fewer come back only if fewer distinct texts exist."""
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"count: expected a positive integer, got {count!r}")
-        if isinstance(inputs, dict) and "mode" in inputs:
-            if inputs.get("mode") != "proposal":
-                raise ValueError(f"mode: propose works on proposal inputs, got mode {inputs.get('mode')!r}")
-        else:
-            inputs = {"mode": "proposal", "inputs": inputs}
-        _, examples, single = self._examples(inputs)
+        request = validation.read_inputs(self.NAME, _with_mode("proposal", inputs), self._configuration)
+        examples = request.items
         with torch.no_grad():
             context, _ = self._context(examples)
             greedy = self.generator.generate(context)
@@ -118,33 +104,22 @@ class Planner(Tool):
                         if text not in texts:
                             texts.append(text)
                 proposals.append(texts[:count])
-        return proposals[0] if single else proposals
+        return proposals if request.batched else proposals[0]
 
     # -- training protocol ---------------------------------------------------------------------------------
     def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:
-        mode, examples, single = self._examples(inputs)
-        if single:
-            targets = [targets]
-        elif not isinstance(targets, (list, tuple)) or len(targets) != len(examples):
-            got = len(targets) if isinstance(targets, (list, tuple)) else type(targets).__name__
-            raise ValueError(
-                f"targets: expected a list of {len(examples)} targets (one per input), got {got}"
-            )
-        fields = ["targets" if single else f"targets[{i}]" for i in range(len(examples))]
-        if mode == "proposal":
-            texts = [self._check_proposal(t, f) for t, f in zip(targets, fields, strict=True)]
+        request = validation.read_inputs(self.NAME, inputs, self._configuration)
+        checked = validation.read_targets(self.NAME, request, targets, self._configuration)
+        examples = request.items
+        if request.mode == "proposal":
             return CapturePlan(
-                self.NAME,
-                {"mode": "proposal", "examples": examples},
-                texts,
-                "planner.proposal",
-                len(examples),
+                self.NAME, {"mode": "proposal", "examples": examples}, checked, "planner.proposal", len(examples)
             )
         width = max(len(e["plans"]) for e in examples)
         outcomes = torch.zeros(len(examples), width)
         observed = torch.zeros(len(examples), width)
-        for b, (example, target, field) in enumerate(zip(examples, targets, fields, strict=True)):
-            for k, value in _check_outcome(target, [p["id"] for p in example["plans"]], field).items():
+        for b, observations in enumerate(checked):
+            for k, value in observations.items():
                 outcomes[b, k], observed[b, k] = value, 1.0
         return CapturePlan(
             self.NAME,
@@ -169,53 +144,21 @@ class Planner(Tool):
 
     def evaluation_metrics(self) -> dict:
         return {
-            "planner.outcome": lambda output, target: metrics.squared_error(
+            "planner.outcomes": lambda output, target: metrics.squared_error(
                 output["outcomes"], target["outcomes"], target["observed"]
             ),
             "planner.proposal": lambda output, target: metrics.exact_match(self.generator, output["context"], target),
         }
 
     def outcome_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
-        """The outcome-mode training loss of ``inputs``/``targets`` (same forms as ``capture``)."""
-        plan = self.plan_capture(inputs, targets)
-        if plan.loss != "planner.outcomes":
-            raise ValueError("mode: outcome_loss takes outcome inputs; use proposal_loss for proposals")
-        return _outcome_loss(self.objective(plan.inputs), plan.target)
+        """The outcomes-mode training loss of ``inputs``/``targets`` (same forms as ``capture``)."""
+        return self.loss(_with_mode("outcomes", inputs), targets)
 
     def proposal_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
         """Teacher-forced loss of reviewed plan ``targets`` for proposal ``inputs`` (envelope optional)."""
-        if not (isinstance(inputs, dict) and "mode" in inputs):
-            inputs = {"mode": "proposal", "inputs": inputs}
-        plan = self.plan_capture(inputs, targets)
-        if plan.loss != "planner.proposal":
-            raise ValueError("mode: proposal_loss takes proposal inputs")
-        return self._proposal_loss(self.objective(plan.inputs), plan.target)
+        return self.loss(_with_mode("proposal", inputs), targets)
 
     # -- internals -----------------------------------------------------------------------------------------
-    def _examples(self, inputs: Any) -> tuple[str, list[dict], bool]:
-        mode, inputs = open_envelope(inputs, MODES, "Planner")
-        mode = mode or "outcomes"
-        single = not isinstance(inputs, (list, tuple))
-        items = [inputs] if single else list(inputs)
-        if not items:
-            raise ValueError("inputs: empty batch; pass one input or a nonempty list of inputs")
-        examples = []
-        for i, item in enumerate(items):
-            example = check_ranking_input(
-                item,
-                field="inputs" if single else f"inputs[{i}]",
-                question_key="goal",
-                candidates_key="plans",
-                require_candidates=mode == "outcomes",
-            )
-            if mode == "proposal":
-                del example["plans"]  # alternatives are not evidence for the generator
-            examples.append(example)
-        return mode, examples, single
-
-    def _check_proposal(self, target: Any, field: str) -> str:
-        return self.generator.check_target(check_text(target, field), field, "plan")
-
     def _outcomes(self, examples: list[dict], *, words: bool = False):
         """Predicted outcomes (batch, plans) (0 at padding), plan mask, and the ranking output."""
         output = self.ranker(
@@ -265,39 +208,11 @@ def _outcome_loss(output: dict[str, torch.Tensor], target: dict[str, torch.Tenso
     return (observed * (predicted - outcomes) ** 2).sum() / observed.sum().clamp(min=1.0)
 
 
-def _check_outcome(target: Any, plan_ids: list[str], field: str) -> dict[int, float]:
-    """Plan index -> observed outcome, from ``{"candidate_id", "outcome"}`` or one outcome per plan."""
-    if isinstance(target, dict):
-        unknown = sorted(str(k) for k in set(target) - {"candidate_id", "outcome"})
-        if unknown:
-            raise ValueError(f"{field}: unknown key {unknown[0]!r}; valid keys: candidate_id, outcome")
-        for key in ("candidate_id", "outcome"):
-            if key not in target:
-                raise ValueError(f"{field}: missing {key!r}")
-        if target["candidate_id"] not in plan_ids:
-            raise ValueError(
-                f"{field}['candidate_id']: unknown plan id {target['candidate_id']!r}; "
-                f"supplied ids: {', '.join(map(repr, plan_ids))}"
-            )
-        return {plan_ids.index(target["candidate_id"]): _finite(target["outcome"], f"{field}['outcome']")}
-    if isinstance(target, torch.Tensor) and target.dim() == 1 and not target.is_complex():
-        target = target.detach().to("cpu", torch.float64).tolist()
-    if isinstance(target, (list, tuple)):
-        if len(target) != len(plan_ids):
-            raise ValueError(
-                f"{field}: {len(target)} outcomes for {len(plan_ids)} supplied plans; give one per plan"
-            )
-        return {k: _finite(v, f"{field}[{k}]") for k, v in enumerate(target)}
-    raise ValueError(
-        f"{field}: a planner target is {{'candidate_id': ..., 'outcome': number}} or one outcome per plan, "
-        f"got {type(target).__name__}"
-    )
-
-
-def _finite(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{field}: expected a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{field}: outcome must be finite, got {value}")
-    return float(value)
+def _with_mode(mode: str, inputs: Any) -> Any:
+    """Plain inputs wrapped in ``mode``'s envelope; an envelope of another mode is refused."""
+    if isinstance(inputs, dict) and "mode" in inputs:
+        if inputs["mode"] != mode:
+            raise ValueError(f"mode: this method takes {mode} inputs, got mode {inputs['mode']!r}")
+        return inputs
+    return {"mode": mode, "inputs": inputs}
 

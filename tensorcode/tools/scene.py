@@ -5,21 +5,22 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-from torch.nn import functional as F
 
 from .. import receipts
 from . import _metrics as metrics
-from ._base import CapturePlan, Tool, check_positive, check_seed, open_envelope
+from . import _validation as validation
+from ._base import CapturePlan, Tool
+from ._configuration import SceneConfig
 from ._decoding import log_probabilities
+from ._ranking import distribution_tensor, soft_cross_entropy
 from ._receipts import model_id
 from ._text import Generator, TextEncoder, Tokenizer
-from ._vision import PatchAttention, PatchEncoder, check_pixels, resize
+from ._vision import PatchAttention, PatchEncoder, resize
 
 __all__ = ["Scene"]
 
 RANK, LANGUAGE = "rank", "language"
 MODES = (RANK, LANGUAGE)
-_SIZES = ("image_size", "patch_size", "channels", "dim", "heads", "buckets", "max_words", "max_length")
 # Padded candidate slots get a finite score far below any real one: the softmax gives them no mass, and the
 # objective's output stays a finite tensor that experiences can hold.
 _PAD_SCORE = -1e4
@@ -61,46 +62,17 @@ class Scene(Tool):
         buckets: hashed word buckets of the open-vocabulary tokenizer; default 4096.
         max_words: words kept from each question or candidate text; default 32.
         max_length: generation length limit in UTF-8 bytes (language mode); default 64.
+        limits: the largest request accepted (``max_batch``, ``max_candidates``, ``max_text_chars``,
+            ``max_image_side``); see ``tensorcode.tools.Limits``.
+
+    Upper bounds: ``image_size`` 512, ``patch_size`` 512, ``channels`` 256, ``dim`` 512, ``heads`` 64,
+    ``layers`` 16, ``buckets`` 65536, ``max_words`` 512, ``max_length`` 4096. ``pixels`` may also be nested
+    lists ``[3][H][W]`` of numbers in [0, 1] (JSON inputs).
     """
 
     NAME = "scene"
-    FIELDS: ClassVar[dict[str, Any]] = {
-        "mode": RANK,
-        "seed": 0,
-        "image_size": 32,
-        "patch_size": 4,
-        "channels": 16,
-        "dim": 32,
-        "heads": 2,
-        "layers": 0,
-        "buckets": 4096,
-        "max_words": 32,
-        "max_length": 64,
-    }
-
-    @classmethod
-    def configuration_for_mode(cls, mode: str, configuration: dict) -> dict:
-        if configuration.get("mode", mode) != mode:
-            raise ValueError(f"mode: configuration mode {configuration['mode']!r} differs from the mode {mode!r}")
-        return {**configuration, "mode": mode}
-
-    @classmethod
-    def check_configuration(cls, configuration: dict) -> None:
-        if configuration["mode"] not in (RANK, LANGUAGE):
-            raise ValueError(f"mode: unknown mode {configuration['mode']!r}; Scene modes: {', '.join(MODES)}")
-        check_seed(configuration)
-        check_positive(configuration, *_SIZES)
-        if not _is_int(configuration["layers"]) or configuration["layers"] < 0:
-            raise ValueError(f"layers: expected a nonnegative integer, got {configuration['layers']!r}")
-        if configuration["patch_size"] & (configuration["patch_size"] - 1):
-            raise ValueError(f"patch_size: expected a power of two, got {configuration['patch_size']}")
-        size, patch = configuration["image_size"], configuration["patch_size"]
-        if size % patch:
-            raise ValueError(f"patch_size: {patch} must divide image_size {size}")
-        if configuration["dim"] % configuration["heads"]:
-            raise ValueError(
-                f"dim: {configuration['dim']} must be divisible by heads {configuration['heads']}"
-            )
+    CONFIG: ClassVar[type[SceneConfig]] = SceneConfig
+    FIELDS: ClassVar[dict[str, Any]] = SceneConfig.defaults()
 
     def build(self) -> None:
         c = self._configuration
@@ -129,14 +101,8 @@ class Scene(Tool):
     @torch.no_grad()
     def forward(self, inputs: dict | list[dict]) -> dict | list[dict]:
         """One receipt for one input mapping, or a list of receipts for a list of inputs (one batch)."""
-        inputs = self._unwrap(inputs)
-        batch = isinstance(inputs, list | tuple)
-        if batch and not inputs:
-            raise ValueError("inputs: a batch needs at least one input")
-        examples = [
-            self._check_example(item, f"inputs[{i}]." if batch else "")
-            for i, item in enumerate(inputs if batch else [inputs])
-        ]
+        request = validation.read_inputs(self.NAME, inputs, self._configuration)
+        examples, batch = _with_tensors(request.items), request.batched
         receipts = self._rank_receipts(examples) if self.mode == RANK else self._language_receipts(examples)
         return receipts if batch else receipts[0]
 
@@ -232,9 +198,10 @@ class Scene(Tool):
             raise ValueError(
                 f"batch: expected {{'mode': {self.mode!r}, 'examples': [...]}} from Scene.prepare_capture"
             )
-        examples = [self._check_example(e, f"examples[{i}].") for i, e in enumerate(batch["examples"])]
-        if not examples:
-            raise ValueError("examples: a batch needs at least one example")
+        request = validation.read_inputs(
+            self.NAME, {"mode": self.mode, "inputs": batch["examples"]}, self._configuration
+        )
+        examples = _with_tensors(request.items)
         if self.mode == RANK:
             scores, mask, _ = self._rank(examples)
             return {"scores": scores, "mask": mask}
@@ -254,138 +221,29 @@ class Scene(Tool):
             )
         }
 
-    def _rank_loss(self, output: dict, target: Any) -> torch.Tensor:
-        scores = output["scores"]
-        return F.cross_entropy(
-            scores, torch.as_tensor(target, dtype=torch.long, device=scores.device).reshape(-1)
-        )
+    def _rank_loss(self, output: dict, target: torch.Tensor) -> torch.Tensor:
+        return soft_cross_entropy(output["scores"], output["mask"], target)
 
     def _language_loss(self, output: dict, target: Any) -> torch.Tensor:
         return self.generator.loss(output["context"], [target] if isinstance(target, str) else list(target))
 
     def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:
         """Validate inputs and targets; the plan holds each image once, as a float32 tensor."""
-        inputs = self._unwrap(inputs)
-        batch = isinstance(inputs, list | tuple)
-        if batch:
-            if not inputs:
-                raise ValueError("inputs: a batch needs at least one input")
-            if not isinstance(targets, list | tuple):
-                raise ValueError(
-                    f"targets: a batch of {len(inputs)} inputs needs a list of {len(inputs)} targets"
-                )
-            if len(targets) != len(inputs):
-                raise ValueError(
-                    f"targets: got {len(targets)} targets for {len(inputs)} inputs; give one per input"
-                )
-        items, goals = (inputs, list(targets)) if batch else ([inputs], [targets])
-        examples, target = [], []
-        for i, (item, goal) in enumerate(zip(items, goals, strict=True)):
-            prefix, field = (f"inputs[{i}].", f"targets[{i}]") if batch else ("", "targets")
-            example = self._check_example(item, prefix)
-            if self.mode == RANK:
-                target.append(_candidate_index(goal, example["candidates"], field))
-            else:
-                target.append(self._reviewed_text(goal, field))
-            examples.append(example)
+        request = validation.read_inputs(self.NAME, inputs, self._configuration)
+        checked = validation.read_targets(self.NAME, request, targets, self._configuration)
+        examples = _with_tensors(request.items)
         return CapturePlan(
             operation=self.NAME,
             inputs={"mode": self.mode, "examples": examples},
-            target=target,
+            target=distribution_tensor(checked) if self.mode == RANK else checked,
             loss=f"scene.{self.mode}",
             examples=len(examples),
         )
 
-    # -- validation ----------------------------------------------------------------------------------------
-    def _unwrap(self, inputs: Any) -> Any:
-        """Accept the envelope ``{"mode": ..., "inputs": ...}`` when it names this tool's configured mode."""
-        if not (isinstance(inputs, dict) and "mode" in inputs):
-            return inputs
-        mode, payload = open_envelope(inputs, MODES, "Scene")
-        if mode != self.mode:
-            other = "Scene()" if inputs["mode"] == RANK else 'Scene(mode="language")'
-            raise ValueError(
-                f"mode: this Scene is configured for {self.mode!r}; use {other} for {inputs['mode']!r}"
-            )
-        return payload
 
-    def _check_example(self, item: Any, prefix: str) -> dict:
-        """A validated copy of one input: float32 pixels, texts, and (ranking) candidates with unique ids."""
-        keys = ["pixels", "source_id", "question"] + (["candidates"] if self.mode == RANK else [])
-        if not isinstance(item, dict):
-            raise ValueError(
-                f"{prefix or 'inputs'}: expected a mapping with keys {keys}, got {type(item).__name__}"
-            )
-        if self.mode == LANGUAGE and "candidates" in item:
-            raise ValueError(
-                f"{prefix}candidates: language mode describes the image; use Scene() to rank candidates"
-            )
-        unknown = sorted(str(k) for k in set(item) - set(keys))
-        if unknown:
-            raise ValueError(f"{prefix}{unknown[0]}: unknown input field; valid fields: {', '.join(keys)}")
-        missing = [k for k in keys if k not in item]
-        if missing:
-            raise ValueError(f"{prefix}{missing[0]}: missing input field; required fields: {', '.join(keys)}")
-        example = {
-            "pixels": check_pixels(item["pixels"], f"{prefix}pixels"),
-            "source_id": _text(item["source_id"], f"{prefix}source_id"),
-            "question": _text(item["question"], f"{prefix}question"),
-        }
-        if self.mode == RANK:
-            example["candidates"] = _candidates(item["candidates"], f"{prefix}candidates")
-        return example
-
-    def _reviewed_text(self, target: Any, field: str) -> str:
-        text = _text(target, field)
-        limit = self._configuration["max_length"]
-        if len(text.encode("utf-8")) > limit:
-            raise ValueError(
-                f"{field}: reviewed text is {len(text.encode('utf-8'))} bytes, over max_length {limit}; "
-                "shorten it or configure a larger max_length"
-            )
-        return text
-
-
-def _candidates(value: Any, field: str) -> list[dict]:
-    if not isinstance(value, list | tuple) or not value:
-        raise ValueError(f"{field} must be a nonempty list of {{'id', 'text'}} mappings")
-    seen, candidates = set(), []
-    for j, candidate in enumerate(value):
-        if not isinstance(candidate, dict) or set(candidate) != {"id", "text"}:
-            raise ValueError(f"{field}[{j}] must be a mapping with exactly the keys 'id' and 'text'")
-        ident = _text(candidate["id"], f"{field}[{j}].id")
-        if ident in seen:
-            raise ValueError(f"{field}[{j}].id: duplicate candidate id {ident!r}")
-        seen.add(ident)
-        candidates.append({"id": ident, "text": _text(candidate["text"], f"{field}[{j}].text")})
-    return candidates
-
-
-def _candidate_index(target: Any, candidates: list[dict], field: str) -> int:
-    """A ranking target (candidate id or index) as an index into ``candidates``."""
-    if isinstance(target, str):
-        for index, candidate in enumerate(candidates):
-            if candidate["id"] == target:
-                return index
-        raise ValueError(
-            f"{field}: unknown candidate id {target!r}; supplied ids: {[c['id'] for c in candidates]}"
-        )
-    if _is_int(target):
-        if not 0 <= target < len(candidates):
-            raise ValueError(
-                f"{field}: candidate index {target} out of range for {len(candidates)} candidates"
-            )
-        return int(target)
-    raise ValueError(
-        f"{field}: a ranking target is a candidate id (str) or index (int), got {type(target).__name__}"
-    )
-
-
-def _text(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{field} must be nonempty text, got {value!r}")
-    return value
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _with_tensors(examples: list[dict]) -> list[dict]:
+    """Examples whose pixels came as nested lists get them as float32 tensors."""
+    return [
+        e if isinstance(e["pixels"], torch.Tensor) else {**e, "pixels": torch.tensor(e["pixels"], dtype=torch.float32)}
+        for e in examples
+    ]

@@ -9,8 +9,11 @@ from typing import Any
 
 import torch
 
-from .._trace import Trace, _check_source, trace
+from .._trace import Trace, check_source, evaluate, trace
+from .._tracing import fresh
 from . import _losses
+
+_BUILTIN_LOSSES = tuple(_losses.BUILTIN.values())
 
 
 class Trainer:
@@ -102,7 +105,7 @@ class Trainer:
                 "tensorcode.trace() and call session.supervise(output, target, source=...)"
             )
         plan = self.tool.prepare_capture(inputs, targets)
-        source = _check_source(source)
+        source = check_source(source)
         if isinstance(source, tuple) and len(source) != plan.examples:
             raise ValueError(f"source has {len(source)} entries for {plan.examples} examples; give one per example")
         operation = self._operations[plan.operation]
@@ -127,7 +130,7 @@ class Trainer:
         total = 0.0
         try:
             for record in session.supervisions:
-                output = session._evaluate([record.output], boundary="recorded", adapt=self._adapt)[0]
+                output = evaluate(session, [record.output], boundary="recorded", adapt=self._adapt)[0]
                 loss, value = self._loss(session, record, output)
                 (loss / count if count > 1 else loss).backward()
                 total += value
@@ -172,7 +175,10 @@ class Trainer:
     def _loss(self, session: Trace, record, output) -> tuple[torch.Tensor, float]:
         """The scalar loss of one supervision record and its value."""
         fn = self._losses[record.loss]
-        target = self._adapt(record.target)
+        target = record.target
+        if fn not in _BUILTIN_LOSSES:  # built-in losses only read their target; a custom one gets its own copy
+            target = fresh(target)
+        target = self._adapt(target)
         if fn is _losses.cross_entropy:
             # The label order is looked up only for label strings: configuration() can be costly per step.
             labels = _labels(session.calls[record.output.call].op) if _names_labels(target) else None

@@ -313,10 +313,9 @@ def test_task_holding_a_closed_sessions_context_cannot_start_new_captures():
         with trace() as session:
             tasks = {kind: asyncio.create_task(later(kind)) for kind in ("sync", "async", "module")}
         go.set()
-        for kind in ("sync", "async"):
+        for kind in ("sync", "async", "module"):
             with pytest.raises(TraceError, match="trace is closed: a task holding its context cannot start new"):
                 await tasks[kind]
-        assert (await tasks["module"]).shape == (1, 4)
         return session
 
     session = run(main())

@@ -102,7 +102,8 @@ def test_trace_is_collected_saved_and_replayed_without_a_trainer_or_tool(tmp_pat
         operations = {"encoder": encoder, "head": head}
         session.save("experience.json", operations=operations, release=True)
         loaded = training.load_experience("experience.json", operations=operations)
-        assert torch.allclose(loaded.replay(record.output), prediction)
+        assert torch.allclose(loaded.replay(loaded.supervisions[0].output), prediction)
+        assert loaded.supervisions[0].output == record.output
         print(sorted(name for name in sys.modules if name.startswith(("tensorcode.tools", "tensorcode.training._"))))
         """,
         tmp_path,

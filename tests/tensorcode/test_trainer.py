@@ -400,13 +400,14 @@ def test_loaded_experience_trains_identically_to_the_live_session(tmp_path):
         assert torch.equal(p, q)
 
 
-def test_cpu_step_hands_restored_inputs_and_targets_over_without_copying(tmp_path):
+def test_step_hands_operations_and_custom_losses_copies_they_cannot_change_the_record_through(tmp_path):
+    """An operation and a custom loss that write to what they are given leave the stored experience as it was."""
     recorder = Recorder()
-    seen_targets = []
 
     def loss(output, target):
-        seen_targets.append(target)
-        return F.cross_entropy(output, target)
+        labels = target.clone()
+        target.fill_(0)  # a careless custom loss
+        return F.cross_entropy(output, labels)
 
     x, y = batch()
     with tensorcode.trace() as session:
@@ -416,8 +417,9 @@ def test_cpu_step_hands_restored_inputs_and_targets_over_without_copying(tmp_pat
     loaded = training.load_experience(tmp_path / "e.json", operations={"recorder": recorder})
     trainer = training.Trainer.from_ops({"recorder": recorder}, losses={"seen": loss})
     trainer.step(loaded)
-    assert recorder._seen[-1] is loaded.value(loaded.inputs[0])
-    assert seen_targets[-1] is loaded.supervisions[0].target
+    recorder._seen[-1].mul_(0)  # the operation's argument, changed after the fact
+    assert torch.equal(loaded.value(loaded.inputs[0]), x)
+    assert torch.equal(loaded.supervisions[0].target, y)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="moving restored tensors to a GPU needs CUDA")

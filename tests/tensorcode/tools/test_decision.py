@@ -67,7 +67,7 @@ def test_constructs_with_no_arguments_and_seed_reproduces_initialisation():
 
 
 def test_unknown_configuration_field_is_refused_naming_valid_fields():
-    with pytest.raises(ValueError, match="'width'.*valid fields: buckets, dim, lowercase, max_words, seed"):
+    with pytest.raises(ValueError, match="'width'.*valid fields: buckets, dim, limits, lowercase, max_words, seed"):
         Decision(width=3)
 
 

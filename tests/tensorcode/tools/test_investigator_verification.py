@@ -74,7 +74,7 @@ _PAIR = {"premise": "The connection was refused.", "hypothesis": "The connection
 
 def test_verification_learns_held_out_pairs_about_unseen_services():
     train, held_out = _split(0, [384, 200])
-    model = Investigator(modes=["verification"], retrieval_encoder=None, dim=64)
+    model = Investigator(modes=["verification"], retrieval_encoder=None, dim=64, limits={"max_batch": 512})
     before = _accuracy(model, held_out)
     losses = _train(model, train, epochs=15)
     after = _accuracy(model, held_out)
@@ -86,7 +86,7 @@ def test_verification_learns_held_out_pairs_about_unseen_services():
 def test_calibration_fitted_on_held_out_pairs_lowers_ece_on_another_split():
     """An overfit verifier is overconfident; a temperature fitted on one split improves ECE on another."""
     train, calibration_split, test_split = _split(1, [96, 300, 300])
-    model = Investigator(modes=["verification"], retrieval_encoder=None)
+    model = Investigator(modes=["verification"], retrieval_encoder=None, limits={"max_batch": 512})
     _train(model, train, epochs=40)
     logits = model.verification_logits([x for x, _ in test_split])
     labels = [LABELS.index(y) for _, y in test_split]

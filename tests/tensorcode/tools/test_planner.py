@@ -92,7 +92,7 @@ PROPOSALS = [
 
 def test_constructs_with_no_arguments_and_refuses_unknown_fields():
     assert Planner().configuration()["prefer"] == "max"
-    with pytest.raises(ValueError, match="'plans'.*valid fields: buckets, dim, lowercase, max_length"):
+    with pytest.raises(ValueError, match="'plans'.*valid fields: buckets, dim, limits, lowercase, max_length"):
         Planner(plans=3)
 
 
