@@ -370,13 +370,30 @@ def trace_view(trace: Any) -> dict | None:
                 "outputs": _values(call.get("outputs", call.get("output"))),
             }
         )
-    summary = []
-    if isinstance(trace, dict):
-        for key, value in trace.items():
-            if key not in ("operations", "calls", "version"):
-                summary.append((key, _preview(value)))
-    return {"calls": rows, "summary": summary, "json": _pretty(trace),
+    return {"calls": rows, "summary": _trace_summary(trace), "json": _pretty(trace),
             "truncated": bool(isinstance(trace, dict) and trace.get("truncated"))}
+
+
+def _trace_summary(trace: Any) -> list[str]:
+    """One line each for the model that ran and the batch the item was predicted in."""
+    if not isinstance(trace, dict):
+        return []
+    lines = []
+    model = trace.get("model")
+    if isinstance(model, dict):
+        parts = [str(model[k]) for k in ("tool", "mode") if model.get(k)]
+        if model.get("version") is not None:
+            parts.append(f"version {model['version']}")
+        if model.get("trained") is False:
+            parts.append("untrained")
+        lines.append("Model: " + " · ".join(parts))
+    batch = trace.get("batch")
+    if isinstance(batch, dict) and isinstance(batch.get("size"), int) and isinstance(batch.get("index"), int):
+        lines.append(f"Predicted as item {batch['index'] + 1} of a batch of {batch['size']}")
+    for key, value in trace.items():
+        if key not in ("operations", "calls", "version", "model", "batch", "truncated"):
+            lines.append(f"{key}: {_preview(value)}")
+    return lines
 
 
 def _values(values: Any) -> str:

@@ -136,6 +136,7 @@ def test_editor_by_keyboard(page, artifacts, users, tool, mode) -> None:
         page.keyboard.press("Control+a")
         page.keyboard.type("reviewed text")
         assert page.locator("#text-diff ins").count() >= 1
+    page.locator("#trace").evaluate("details => { details.open = true; }")  # show the trace in the screenshot
     page.screenshot(path=str(artifacts / f"{tool}-{mode}.png"), full_page=True)
     press_and_wait_for_next(page, "Enter")
 
