@@ -93,8 +93,7 @@ def _train(tool: str, mode: str, train: list, slug: str):
     model = tooling.create_tool(tool, mode, {})
     trainer = training.Trainer.from_tool(model, optimizer=lambda params: torch.optim.Adam(params, lr=LEARNING_RATE))
     sources = [f"demo:{slug}/{index}" for index in range(len(train))]
-    inputs_list = [_tool_inputs(tool, inputs) for inputs, _ in train]
-    envelope = {"mode": mode, "inputs": inputs_list}
+    envelope = {"mode": mode, "inputs": [inputs for inputs, _ in train]}
     experience = trainer.capture(envelope, [target for _, target in train], source=sources)
     losses = trainer.fit([experience], epochs=EPOCHS.get(mode, DEFAULT_EPOCHS))
     report = training.evaluate(model, [experience])
@@ -103,11 +102,3 @@ def _train(tool: str, mode: str, train: list, slug: str):
     metrics[f"train_{report['metric']}"] = report["value"]
     return model, metrics
 
-
-def _tool_inputs(tool: str, inputs):
-    """Scene takes its picture as a tensor; the demo data (like imported JSON) holds nested lists."""
-    if tool == "scene" and isinstance(inputs.get("pixels"), list):
-        import torch
-
-        return {**inputs, "pixels": torch.tensor(inputs["pixels"], dtype=torch.float32)}
-    return inputs
