@@ -396,6 +396,11 @@ def _trace_summary(trace: Any) -> list[str]:
     return lines
 
 
+def compact(value: Any) -> str:
+    """A stored target as one short line of JSON."""
+    return "" if value is None else _preview(value)
+
+
 def _values(values: Any) -> str:
     """Described values (`{"type": "tensor", "shape", "dtype"}` or `{"type", "preview"}`) as one short line."""
     if values is None:

@@ -182,9 +182,19 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         "error": error,
         "notice": notice,
         "oob": bool(request.htmx),
+        # Admins see everyone's work on the item; reviewers see only their own.
+        "all_answers": _all_answers(item) if project.is_admin(user) else None,
     }
     template = "annotate/_item.html" if request.htmx else "annotate/item.html"
     return render(request, template, context, status=status)
+
+
+def _all_answers(item: Item) -> list[dict]:
+    return [
+        {"reviewer": a.reviewer.get_username(), "kind": a.get_kind_display(), "target": display.compact(a.target),
+         "skip_reason": a.skip_reason, "updated_at": a.updated_at, "source": a.source}
+        for a in item.answers.select_related("reviewer").order_by("updated_at", "id")
+    ]
 
 
 def _previous_url(project: Project, user, item: Item | None) -> str | None:

@@ -124,7 +124,8 @@ def test_htmx_submit_stores_answer_and_returns_next_item_fragment(client, projec
 
     assert response.status_code == 200
     page = response.content.decode()
-    assert page.lstrip().startswith('<div id="messages" hx-swap-oob="true"')
+    assert page.lstrip().startswith(f"<title>Item {second.pk} · Outages")
+    assert '<div id="messages" hx-swap-oob="true"' in page
     assert f'data-item="{second.pk}"' in page and "<html" not in page
     assert f"Item {first.pk}: Submitted." in page
     assert response["HX-Push-Url"] == reverse("item_detail", args=[project.slug, second.pk])
@@ -325,3 +326,21 @@ def test_receipt_of_unknown_shape_is_shown_as_json(client, reviewer) -> None:
 
     assert response.status_code == 200
     assert "&quot;calibration&quot;: &quot;not fitted&quot;" in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_admin_sees_every_reviewers_answer_and_reviewer_only_their_own(client, project, reviewer,
+                                                                      second_reviewer, project_admin) -> None:
+    (first,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    queue.submit(first, reviewer, "dns")
+    url = reverse("item_detail", args=[project.slug, first.pk])
+
+    client.force_login(project_admin)
+    admin_page = client.get(url).content.decode()
+    client.force_login(second_reviewer)
+    reviewer_page = client.get(url).content.decode()
+
+    assert "visible to project admins" in admin_page and "<td>rita</td>" in admin_page
+    assert "&quot;dns&quot;" in admin_page
+    assert "rita" not in reviewer_page and 'id="target-form"' not in reviewer_page

@@ -176,6 +176,7 @@ def test_import_label_skip_back_undo_export_and_load(page, artifacts, users, eag
     press_and_wait_for_next(page, "Enter")
     assert page.url != url_before  # the address follows the item (hx-push-url)
     second = current_item(page)
+    assert page.title().startswith(f"Item {second} ·")
 
     page.keyboard.press("s")
     page.keyboard.type("Inputs are unclear")
