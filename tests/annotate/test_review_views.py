@@ -342,5 +342,5 @@ def test_admin_sees_every_reviewers_answer_and_reviewer_only_their_own(client, p
     reviewer_page = client.get(url).content.decode()
 
     assert "visible to project admins" in admin_page and "<td>rita</td>" in admin_page
-    assert "&quot;dns&quot;" in admin_page
+    assert "<code>dns</code>" in admin_page
     assert "rita" not in reviewer_page and 'id="target-form"' not in reviewer_page
