@@ -13,7 +13,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -82,6 +82,12 @@ class Project(models.Model):
             tooling.check_tool_mode(self.tool, self.mode)
         except ValueError as exc:
             raise ValidationError({"mode": str(exc)}) from exc
+        if self.pk and self.overlap:
+            most = self.items.aggregate(most=models.Max("final_answers"))["most"] or 0
+            if self.overlap < most:
+                raise ValidationError({"overlap": (
+                    f"Some items already have {most} answers; the overlap cannot be lower than that."
+                )})
 
     def role_of(self, user) -> str | None:
         """"admin" | "reviewer" | None for `user` in this project; staff count as admin."""
@@ -115,6 +121,14 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.project} ({self.role})"
+
+    def delete(self, *args, **kwargs):
+        """Remove the member; their claims in the project are released at once (their answers are kept)."""
+        from annotate import queue
+
+        with transaction.atomic():
+            queue.release_claims(self.project, self.user)
+            return super().delete(*args, **kwargs)
 
 
 class ModelVersionQuerySet(models.QuerySet):

@@ -94,6 +94,16 @@ def release(item: Item, user) -> None:
         _unmirror(item, user)
 
 
+def release_claims(project: Project, user) -> int:
+    """Release every claim `user` holds in `project` (a member removed); answers and drafts are kept."""
+    released = 0
+    with transaction.atomic():
+        for item in Item.objects.select_for_update().filter(project=project, claims__reviewer=user):
+            released += Claim.objects.filter(item=item, reviewer=user).delete()[0]
+            _unmirror(item, user)
+    return released
+
+
 def submit(item: Item, user, target, *, now=None) -> Outcome:
     """Store `target` as `user`'s answer to `item`, validated exactly as the tool's trainer validates it.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from annotate import tooling
@@ -23,6 +23,10 @@ from annotate.models import (
 logger = logging.getLogger(__name__)
 
 PREDICT_BATCH = 64  # items per prediction task (and per traced forward)
+# The database briefly unreachable is the one transient failure worth retrying; anything else is a bug or bad
+# data and is recorded (export error, upload reason) or raised as is.
+RETRY = {"autoretry_for": (OperationalError, InterfaceError), "retry_backoff": 2, "retry_backoff_max": 60,
+         "max_retries": 5}
 
 
 @shared_task
@@ -40,7 +44,7 @@ def enqueue_predictions(project: Project, item_ids: list[int], version_id: int |
     return batches
 
 
-@shared_task(time_limit=1800, soft_time_limit=1700)
+@shared_task(time_limit=1800, soft_time_limit=1700, **RETRY)
 def predict_items(project_id: int, item_ids: list[int], version_id: int | None = None) -> int:
     """Predict `item_ids` with the project's current version (or `version_id`) inside `tensorcode.trace()`.
 
@@ -88,7 +92,7 @@ def _predict(version: ModelVersion, items: list[Item]) -> list[dict | None]:
     return [result for item in items for result in _predict(version, [item])]
 
 
-@shared_task(time_limit=3600, soft_time_limit=3500)
+@shared_task(time_limit=3600, soft_time_limit=3500, **RETRY)
 def run_export(export_id: int) -> str:
     """Write an export's files (see `annotate.export.run`); returns its final state."""
     from annotate import export as exports
@@ -99,7 +103,7 @@ def run_export(export_id: int) -> str:
     return exports.run(export).state
 
 
-@shared_task(time_limit=600, soft_time_limit=570)
+@shared_task(time_limit=600, soft_time_limit=570, **RETRY)
 def check_experience_upload(upload_id: int) -> str:
     """Load an uploaded experience file with the library's safe loader against the project's tool.
 

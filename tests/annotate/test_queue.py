@@ -244,3 +244,35 @@ def test_release_returns_item_at_once(ready_items, project, reviewer, second_rev
     queue.release(item, reviewer)
 
     assert queue.claim_next(project, second_reviewer) == item
+
+
+def test_removing_a_member_releases_their_claims_and_keeps_their_work(
+    ready_items, project, reviewer, second_reviewer
+) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    queue.claim_next(project, reviewer)
+    queue.submit(first, reviewer, "db")
+    assert queue.claim_next(project, reviewer) == second
+
+    project.memberships.get(user=reviewer).delete()
+
+    assert not Claim.objects.exists()
+    second.refresh_from_db()
+    assert second.claimed_by is None
+    assert Answer.objects.get(reviewer=reviewer).target == "db"
+    assert queue.claim_next(project, second_reviewer) == second
+
+
+def test_overlap_cannot_be_lowered_below_existing_answers(ready_items, project, reviewer, second_reviewer) -> None:
+    from django.core.exceptions import ValidationError
+
+    project.overlap = 2
+    project.save()
+    (item,) = ready_items(project, [0.1])
+    for user in (reviewer, second_reviewer):
+        queue.claim_next(project, user)
+        queue.submit(item, user, "db")
+
+    project.overlap = 1
+    with pytest.raises(ValidationError, match="already have 2 answers"):
+        project.full_clean()
