@@ -137,12 +137,17 @@ def image_view(inputs: dict, attention: Any) -> dict:
         rows = len(weights)
         cols = len(weights[0]) if rows and isinstance(weights[0], list) else 0
         flat = [w for row in weights for w in row if _finite(w)]
-        top = max(flat, default=0) or 1.0
+        low, high = min(flat, default=0.0), max(flat, default=0.0)
+        spread = high - low
+        # Shade by where the weight sits between the least and the most attended patch, so the picture stays
+        # visible and an even spread (an untrained model's) shows as no shading rather than as a wash.
         heat = {
             "rows": rows,
             "cols": cols,
+            "even": spread <= 1e-6 * max(abs(high), 1.0),
             "cells": [
-                {"level": f"{max(w, 0) / top:.3f}", "weight": f"{w:.3f}", "row": r + 1, "col": c + 1}
+                {"level": f"{(w - low) / spread if spread > 0 else 0.0:.3f}", "weight": f"{w:.3f}",
+                 "row": r + 1, "col": c + 1}
                 for r, row in enumerate(weights)
                 for c, w in enumerate(row)
                 if _finite(w)
