@@ -16,9 +16,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ._files import read_regular
 from .errors import CheckpointError
 
 VERSION = 1
+MANIFEST_MAX_BYTES = 64 * 2**20
+MAX_DEPTH = 100
+MIN_CONTAINERS = 100_000
+BYTES_PER_CONTAINER = 16
 OPTIMIZERS = ("torch.optim.sgd.SGD", "torch.optim.adam.Adam", "torch.optim.adamw.AdamW")
 
 
@@ -314,19 +319,57 @@ def field(mapping: dict, key: str, kind: type, where: str) -> Any:
     return value
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path, *, max_bytes: int = MANIFEST_MAX_BYTES, follow: bool = True) -> dict:
+    """A checkpoint's JSON object, read as untrusted: a regular file (no symbolic link unless ``follow``) of at
+    most ``max_bytes``, at most one array or object per 16 bytes (100,000 in any file), nested at most
+    ``MAX_DEPTH`` deep."""
+
     def constant(name):
         raise ValueError(f"non-standard JSON constant {name}")
 
+    data = read_regular(path, max_bytes=max_bytes, error=CheckpointError, what="checkpoint", follow=follow)
+    containers = data.count(b"[") + data.count(b"{")
+    if containers > max(MIN_CONTAINERS, len(data) // BYTES_PER_CONTAINER):
+        raise CheckpointError(f"{path}: cannot read checkpoint JSON: it holds {containers:,} arrays and objects")
     try:
-        record = json.loads(path.read_bytes().decode("utf-8"), parse_constant=constant)
-    except FileNotFoundError as exc:
-        raise CheckpointError(f"{path}: no such checkpoint") from exc
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        record = json.loads(data.decode("utf-8"), parse_constant=constant)
+    except (UnicodeDecodeError, ValueError) as exc:
         raise CheckpointError(f"{path}: cannot read checkpoint JSON: {exc}") from exc
+    except (RecursionError, MemoryError) as exc:
+        raise CheckpointError(f"{path}: cannot read checkpoint JSON: nested too deeply or too large") from exc
     if not isinstance(record, dict):
         raise CheckpointError(f"{path}: a checkpoint is a JSON object")
+    if _too_deep(record):
+        raise CheckpointError(f"{path}: cannot read checkpoint JSON: nested more than {MAX_DEPTH} levels deep")
     return record
+
+
+def _too_deep(value) -> bool:
+    """Whether parsed JSON nests deeper than ``MAX_DEPTH``, found iteratively (recursion is what it guards)."""
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    return False
+
+
+def state_bytes(operations: Mapping) -> int:
+    """Bytes of the operations' persistent tensors, each shared tensor once: what bounds a checkpoint's size."""
+    import torch
+
+    seen, total = set(), 0
+    for op in operations.values():
+        if isinstance(op, torch.nn.Module):
+            for value in op.state_dict(keep_vars=True).values():
+                if isinstance(value, torch.Tensor) and id(value) not in seen:
+                    seen.add(id(value))
+                    total += value.numel() * value.element_size()
+    return total
 
 
 def check_header(record: dict, expected: str, path: Path) -> None:
@@ -351,12 +394,16 @@ def tensor_meta(meta: Any, where: str) -> tuple[list[int], str]:
 
     shape = meta.get("shape") if isinstance(meta, dict) else None
     dtype = meta.get("dtype") if isinstance(meta, dict) else None
-    if not isinstance(shape, list) or not all(
-        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+    if (
+        not isinstance(shape, list)
+        or len(shape) > 32
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
     ):
-        raise CheckpointError(f"{where}: shape must be a list of nonnegative integers, got {shape!r}")
+        raise CheckpointError(f"{where}: shape must be a list of at most 32 nonnegative integers, got {shape!r:.200}")
+    if math.prod(max(n, 1) for n in shape) > 2**60:  # torch refuses it even with a zero dimension
+        raise CheckpointError(f"{where}: shape {shape} has more elements than any tensor can hold")
     if not isinstance(dtype, str) or not isinstance(getattr(torch, dtype, None), torch.dtype):
-        raise CheckpointError(f"{where}: unknown dtype {dtype!r}")
+        raise CheckpointError(f"{where}: unknown dtype {dtype!r:.80}")
     return shape, dtype
 
 

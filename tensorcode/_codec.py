@@ -7,7 +7,6 @@ never nested number lists. Nothing here imports a class named in a file or unpic
 
 from __future__ import annotations
 
-import base64
 import binascii
 import dataclasses
 import math
@@ -21,7 +20,15 @@ from typing import Any
 from ._tracing import is_tensor
 from .errors import ExperienceError
 
+try:  # SIMD base64, several times faster than binascii each way; optional, the results are identical
+    import pybase64 as _base64
+except ImportError:  # pragma: no cover - depends on the install
+    _base64 = None
+
 MAX_DEPTH = 100
+MAX_DIMENSIONS = 32
+# A tensor's element count must fit in a signed 64-bit integer with room for its byte size.
+_MAX_ELEMENTS = 2**60
 
 # dtype name -> (numpy little-endian dtype string or None, item size, floating)
 _DTYPES = {
@@ -70,7 +77,7 @@ class Encoder:
                 ],
             }
         if isinstance(value, (bytes, bytearray)):
-            return {"$": "bytes", "b64": base64.b64encode(bytes(value)).decode("ascii")}
+            return {"$": "bytes", "b64": _b64encode(value).decode("ascii")}
         if is_tensor(value):
             return encode_tensor(value, where, self.payloads)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -126,7 +133,7 @@ class Decoder:
             return out
         if tag == "bytes":
             _keys(data, {"$", "b64"}, where)
-            return _b64(data["b64"], where, self.payloads)
+            return bytes(_b64(data["b64"], where, self.payloads))
         if tag == "tensor":
             return decode_tensor(data, where, self.payloads)
         if tag == "dataclass":
@@ -134,14 +141,17 @@ class Decoder:
             cls = self.codecs.get(data["codec"]) if isinstance(data["codec"], str) else None
             if cls is None:
                 raise ExperienceError(
-                    f"{where}: dataclass codec {data['codec']!r} is not in the allowlist (codecs={sorted(self.codecs)})"
+                    f"{where}: dataclass codec {short(data['codec'])} is not in the allowlist "
+                    f"(codecs={sorted(self.codecs)})"
                 )
             fields = data["fields"]
             if not isinstance(fields, dict):
                 raise ExperienceError(f"{where}: dataclass fields must be a mapping")
             names = {f.name for f in dataclasses.fields(cls)}
             if set(fields) != names:
-                raise ExperienceError(f"{where}: codec {data['codec']!r} fields {sorted(fields)} != {sorted(names)}")
+                raise ExperienceError(
+                    f"{where}: codec {data['codec']!r} fields {short(sorted(fields))} != {sorted(names)}"
+                )
             values = {k: self.decode(v, where, depth + 1, node) for k, v in fields.items()}
             try:
                 return cls(**values)
@@ -149,7 +159,7 @@ class Decoder:
                 raise ExperienceError(f"{where}: codec {data['codec']!r} rejected its fields: {exc}") from exc
         if node is not None and tag in ("ref", "root"):
             return node(data, where)
-        raise ExperienceError(f"{where}: unknown codec tag {tag!r}")
+        raise ExperienceError(f"{where}: unknown codec tag {short(tag)}")
 
 
 def encode_tensor(tensor, where: str, payloads: Payloads | None = None) -> dict:
@@ -169,7 +179,7 @@ def encode_tensor(tensor, where: str, payloads: Payloads | None = None) -> dict:
         data = data.view(torch.int16)
     # base64 straight from the tensor's memory: no intermediate bytes copy.
     array = data.numpy().astype(_DTYPES[name][0], copy=False).reshape(-1).view("u1")
-    encoded = binascii.b2a_base64(array, newline=False)
+    encoded = _b64encode(array)
     b64 = payloads.add(encoded) if payloads is not None else encoded.decode("ascii")
     return {"$": "tensor", "dtype": name, "shape": list(tensor.shape), "b64": b64}
 
@@ -209,29 +219,42 @@ def decode_tensor(data: dict, where: str, payloads: list | None = None):
     if isinstance(name, str) and name.startswith("complex"):
         raise ExperienceError(f"{where}: complex tensor payloads are unsupported")
     if not isinstance(name, str) or name not in _DTYPES:
-        raise ExperienceError(f"{where}: unknown tensor dtype {name!r}")
+        raise ExperienceError(f"{where}: unknown tensor dtype {short(name)}")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise ExperienceError(f"{where}: tensor shape must be a list of nonnegative integers")
-    if len(shape) > 32:
-        raise ExperienceError(f"{where}: tensor has too many dimensions")
-    raw = _b64(data["b64"], where, payloads)
+    if len(shape) > MAX_DIMENSIONS:
+        raise ExperienceError(f"{where}: tensor has too many dimensions ({len(shape)}; at most {MAX_DIMENSIONS})")
+    # Every dimension counts, zeros included: torch refuses a shape whose strides overflow even when it is empty.
+    if math.prod(max(d, 1) for d in shape) > _MAX_ELEMENTS:
+        raise ExperienceError(f"{where}: tensor shape {short(shape)} has more elements than any tensor can hold")
     numpy_dtype, size, floating = _DTYPES[name]
     count = math.prod(shape)
-    if len(raw) != count * size:
+    text = _payload(data["b64"], where, payloads)
+    length = _decoded_length(text, where)  # before decoding: a payload of the wrong size allocates nothing
+    if length != count * size:
         raise ExperienceError(
-            f"{where}: tensor of shape {shape} {name} needs {count * size} bytes, payload has {len(raw)}"
+            f"{where}: tensor of shape {short(shape)} {name} needs {count * size} bytes, payload has {length}"
         )
+    raw = _b64decode(text, where)
     try:
-        import numpy
         import torch
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ExperienceError(f"{where}: decoding tensors needs the vec extra (pip install 'tensorcode[vec]')") from exc
-    array = numpy.frombuffer(raw, dtype=numpy_dtype)
-    if name == "bool" and raw and array.view("u1").max() > 1:
+    kind = getattr(torch, name)
+    if not count:
+        return torch.empty(shape, dtype=kind)
+    if sys.byteorder == "little":
+        # The decoded bytearray becomes the tensor's storage: no copy.
+        tensor = torch.frombuffer(raw, dtype=kind).reshape(shape)
+    else:  # pragma: no cover - big-endian hosts
+        import numpy
+
+        array = numpy.frombuffer(raw, dtype=numpy_dtype)
+        tensor = torch.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=True)).reshape(shape)
+        if name == "bfloat16":
+            tensor = tensor.view(torch.bfloat16)
+    if name == "bool" and bool(torch.frombuffer(raw, dtype=torch.uint8).max() > 1):
         raise ExperienceError(f"{where}: bool tensor payload holds values other than 0 and 1")
-    tensor = torch.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=True)).reshape(shape)
-    if name == "bfloat16":
-        tensor = tensor.view(torch.bfloat16)
     if floating and not _finite(tensor):
         raise ExperienceError(f"{where}: tensor payload holds non-finite values (NaN or infinity)")
     return tensor
@@ -269,25 +292,56 @@ def lift_payloads(raw: bytes) -> tuple[bytes, list]:
     return b"".join(parts), payloads
 
 
-def _b64(text: Any, where: str, payloads: list | None = None) -> bytes:
+def _b64(text: Any, where: str, payloads: list | None = None) -> bytearray:
+    return _b64decode(_payload(text, where, payloads), where)
+
+
+def _payload(text: Any, where: str, payloads: list | None):
+    """The base64 text of a ``b64`` field: the string itself, or the lifted payload it names."""
     if not isinstance(text, str):
         raise ExperienceError(f"{where}: base64 payload must be a string")
     if payloads is not None and text.startswith("@"):
         try:
-            text = payloads[int(text[1:])]
+            return payloads[int(text[1:])]
         except (ValueError, IndexError) as exc:
             raise ExperienceError(f"{where}: invalid base64 payload") from exc
+    return text
+
+
+def _decoded_length(text, where: str) -> int:
+    """The byte length strict base64 ``text`` decodes to (its padding is checked again while decoding)."""
+    if len(text) % 4:
+        raise ExperienceError(f"{where}: invalid base64 payload (length {len(text)} is not a multiple of 4)")
+    tail = bytes(text[-2:]) if isinstance(text, memoryview) else text[-2:].encode("ascii", "replace")
+    return len(text) // 4 * 3 - tail.count(b"=")
+
+
+def _b64decode(text, where: str) -> bytearray:
     try:
+        if _base64 is not None:
+            return _base64.b64decode_as_bytearray(text, validate=True)
         # strict_mode is b64decode(validate=True) without its copy of the text into bytes.
-        return binascii.a2b_base64(text, strict_mode=True)
+        return bytearray(binascii.a2b_base64(text, strict_mode=True))
     except (binascii.Error, ValueError) as exc:
         raise ExperienceError(f"{where}: invalid base64 payload ({exc})") from exc
+
+
+def _b64encode(data) -> bytes:
+    if _base64 is not None:
+        return _base64.b64encode(data)
+    return binascii.b2a_base64(data, newline=False)
+
+
+def short(value: Any, limit: int = 200) -> str:
+    """``repr`` for a message, cut short: a hostile file can make any value megabytes long."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def _keys(data: dict, expected: set, where: str) -> None:
     if set(data) != expected:
         raise ExperienceError(
-            f"{where}: {data.get('$')!r} entry has fields {sorted(data)}, expected {sorted(expected)}"
+            f"{where}: {short(data.get('$'))} entry has fields {short(sorted(data))}, expected {sorted(expected)}"
         )
 
 

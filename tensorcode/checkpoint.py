@@ -27,6 +27,7 @@ from typing import Any
 
 from ._atomic import fsync_directory, write_atomic
 from ._checkpoint_state import (
+    MANIFEST_MAX_BYTES,
     VERSION,
     ModelState,
     Rollback,
@@ -41,6 +42,7 @@ from ._checkpoint_state import (
     operation_mapping,
     optimizer_state,
     read_json,
+    state_bytes,
     tensor_meta,
 )
 from .errors import CheckpointError
@@ -73,14 +75,19 @@ def save_checkpoint(path: str | os.PathLike, operations: Mapping, optimizer=None
     fsync_directory(path.parent)
 
 
-def load_checkpoint(path: str | os.PathLike, operations: Mapping, optimizer=None) -> None:
+def load_checkpoint(
+    path: str | os.PathLike, operations: Mapping, optimizer=None, *, max_bytes: int | None = None
+) -> None:
     """Restore a file written by ``save_checkpoint``: everything is checked, then applied all or nothing.
 
     Without ``optimizer`` only the model state is restored. Random state, module modes and training progress
-    are left as they are: the file does not hold them.
+    are left as they are: the file does not hold them. The file must be a regular file of at most
+    ``max_bytes``; by default what the operations' state can need (six times its size, plus 16 MiB).
     """
     path = Path(path)
-    restore(read_json(path), path, operations, optimizer)
+    if max_bytes is None:
+        max_bytes = max(MANIFEST_MAX_BYTES, 6 * state_bytes(operation_mapping(operations)) + 16 * 2**20)
+    restore(read_json(path, max_bytes=max_bytes), path, operations, optimizer)
 
 
 def restore(record: dict, path: Path, operations: Mapping, optimizer=None) -> None:
@@ -137,13 +144,15 @@ def _decode(record: Any, where: str):
 
     shape, dtype = tensor_meta(record, where)
     data = record.get("data")
-    try:
-        raw = base64.b64decode(data, validate=True) if isinstance(data, str) else None
-    except ValueError as exc:
-        raise CheckpointError(f"{where}: data is not base64: {exc}") from exc
     kind = getattr(torch, dtype)
     size = math.prod(shape) * torch.empty((), dtype=kind).element_size()
-    if raw is None or len(raw) != size:
+    if not isinstance(data, str) or len(data) != 4 * -(-size // 3):  # before decoding: nothing to allocate
+        raise CheckpointError(f"{where}: expected {size} bytes of {dtype} data for shape {shape}")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError as exc:
+        raise CheckpointError(f"{where}: data is not base64: {exc}") from exc
+    if len(raw) != size:
         raise CheckpointError(f"{where}: expected {size} bytes of {dtype} data for shape {shape}")
     if size == 0:
         return torch.empty(shape, dtype=kind)

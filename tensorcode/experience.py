@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from pathlib import Path
 
 from . import _tracing
-from ._codec import Decoder, lift_payloads
+from ._codec import MAX_DEPTH, Decoder, lift_payloads, short
 from ._experience_writer import FORMAT, VERSION
+from ._files import read_regular
 from ._fingerprint import describe, difference
 from ._operations import EXTERNAL, PURE
 from ._trace import restored_trace
@@ -26,31 +26,77 @@ _TOP = {"format", "version", "bindings", "roots", "calls", "supervisions"}
 _CALL = {"op", "kind", "args", "kwargs", "result"}
 _SUPERVISION = {"output", "target", "loss", "source"}
 
+MAX_BYTES = 256 * 2**20
+MIN_CONTAINERS = 100_000
+BYTES_PER_CONTAINER = 16
+# No valid value nests this many brackets in a row: a codec level adds at most three.
+_DEEP = b"[" * (3 * MAX_DEPTH + 8)
 
-def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None):
+
+def load_experience(
+    path, *, operations: Mapping, codecs: Mapping | None = None, max_bytes: int = MAX_BYTES,
+    max_containers: int | None = None,
+):
     """Load an experience bound to the supplied, already-constructed ``operations``.
 
-    Raises ``ExperienceError`` (a ``ValueError``) naming the problem for any malformed or incompatible file.
+    The file may come from someone else: it must be a regular file (a symbolic link to one is followed) of at
+    most ``max_bytes`` bytes (256 MiB by default), holding at most ``max_containers`` JSON arrays and objects
+    (by default one per 16 bytes of file, and at least 100,000) nested at most ``MAX_DEPTH`` values deep.
+    Raise the limits for files you trust. Raises ``ExperienceError`` (a ``ValueError``) naming the problem for
+    any malformed, oversized or incompatible file.
     """
     if not isinstance(operations, Mapping):
         raise TypeError("operations must be a mapping of binding name to operation")
     try:
-        raw, payloads = lift_payloads(Path(path).read_bytes())
+        return _load(path, operations, codecs, max_bytes, max_containers)
+    except MemoryError as exc:
+        raise ExperienceError(f"{path}: not enough memory to load this experience file") from exc
+    except RecursionError as exc:
+        raise ExperienceError(f"{path}: the experience file is nested too deeply") from exc
+
+
+def _load(path, operations: Mapping, codecs, max_bytes: int, max_containers: int | None):
+
+    raw = read_regular(path, max_bytes=max_bytes, error=ExperienceError, what="experience file")
+    size = len(raw)
+    raw, payloads = lift_payloads(raw)
+    # A long run of opening brackets is the usual shape of a nesting attack: name it before counting. Nesting
+    # the run misses still ends in the parser's RecursionError, reported the same way.
+    if _DEEP in raw:
+        raise ExperienceError(f"{path}: JSON is nested too deeply (more than {MAX_DEPTH} values deep)")
+    # Counted before parsing: a file of millions of tiny arrays would cost ~50x its size as Python objects.
+    # Brackets inside strings count too, which only errs on the side of refusing.
+    containers = raw.count(b"[") + raw.count(b"{")
+    limit = max(MIN_CONTAINERS, size // BYTES_PER_CONTAINER) if max_containers is None else max_containers
+    if containers > limit:
+        raise ExperienceError(
+            f"{path}: the experience file holds {containers:,} JSON arrays and objects, over the limit of "
+            f"{limit:,}; pass a larger max_containers to load a file you trust"
+        )
+    try:
         text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise ExperienceError(f"{path}: cannot read experience file: {exc}") from exc
+    del raw
     document = _parse(text, path)
+    del text
     _check_keys(document, _TOP, "experience file")
     if document["format"] not in (FORMAT, _FORMER_FORMAT):
-        raise ExperienceError(f"unknown format {document['format']!r}; expected {FORMAT!r}")
+        raise ExperienceError(f"unknown format {short(document['format'])}; expected {FORMAT!r}")
     if type(document["version"]) is not int or document["version"] != VERSION:
-        raise ExperienceError(f"unsupported experience version {document['version']!r}; this library reads {VERSION}")
+        raise ExperienceError(
+            f"unsupported experience version {short(document['version'])}; this library reads {VERSION}"
+        )
     bindings = document["bindings"]
     if not isinstance(bindings, dict):
         raise ExperienceError("bindings must be a mapping of binding name to fingerprint")
     for name, saved in bindings.items():
         if name not in operations:
-            raise ExperienceError(f"missing binding {name!r}: pass it in operations (given: {sorted(operations)})")
+            raise ExperienceError(
+                f"missing binding {short(name)}: pass it in operations (given: {sorted(operations)})"
+            )
+        if _depth(saved) > MAX_DEPTH:
+            raise ExperienceError(f"binding {name!r}: fingerprint is nested more than {MAX_DEPTH} levels deep")
         try:
             current = describe(operations[name])
         except FingerprintError as exc:
@@ -58,7 +104,7 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
         where = difference(saved, current)
         if where is not None:
             raise ExperienceError(
-                f"fingerprint mismatch for binding {name!r}: {where} differs from the saved operation"
+                f"fingerprint mismatch for binding {name!r}: {where[:200]} differs from the saved operation"
             )
 
     decoder = Decoder(codecs, payloads=payloads)
@@ -73,10 +119,10 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
         _check_keys(entry, _CALL, where)
         name = entry["op"]
         if not isinstance(name, str) or name not in bindings:
-            raise ExperienceError(f"{where}: operation {name!r} is not a declared binding")
+            raise ExperienceError(f"{where}: operation {short(name)} is not a declared binding")
         kind = entry["kind"]
         if kind not in (PURE, EXTERNAL) or kind != bindings[name].get("replay"):
-            raise ExperienceError(f"{where}: kind {kind!r} does not match binding {name!r}")
+            raise ExperienceError(f"{where}: kind {short(kind)} does not match binding {name!r}")
         markers = _Markers(index, len(calls), len(roots), where)
         args = decoder.decode(entry["args"], f"{where} arguments", node=markers)
         kwargs = decoder.decode(entry["kwargs"], f"{where} arguments", node=markers)
@@ -102,7 +148,7 @@ def load_experience(path, *, operations: Mapping, codecs: Mapping | None = None)
         _check_keys(output, {"call", "path"}, f"{where} output")
         call = output["call"]
         if not _is_index(call) or call >= len(calls):
-            raise ExperienceError(f"{where}: dangling reference to call {call!r}")
+            raise ExperienceError(f"{where}: dangling reference to call {short(call)}")
         path = _path(decoder.decode(output["path"], where), where)
         loss, source = entry["loss"], entry["source"]
         if not isinstance(loss, str) or not loss:
@@ -142,7 +188,7 @@ class _Markers:
         _check_keys(data, {"$", "index"}, where)
         index = data["index"]
         if not _is_index(index) or index >= self.root_count:
-            raise ExperienceError(f"{where}: dangling reference to input {index!r}")
+            raise ExperienceError(f"{where}: dangling reference to input {short(index)}")
         self.roots.add(index)
         return _tracing.Root(index)
 
@@ -151,8 +197,9 @@ def _parse(text: str, path) -> dict:
     def pairs(items):
         mapping = dict(items)
         if len(mapping) != len(items):
-            keys = [key for key, _ in items]
-            raise ExperienceError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+            seen = set()  # a set, not list.count per key: a hostile object may hold millions of keys
+            duplicate = next(key for key, _ in items if key in seen or seen.add(key))
+            raise ExperienceError(f"duplicate key {short(duplicate)}")
         return mapping
 
     def constant(name):
@@ -176,8 +223,23 @@ def _parse(text: str, path) -> dict:
 def _check_keys(data: dict, expected: set, where: str) -> None:
     keys = set(data)
     if keys != expected:
-        missing, extra = sorted(expected - keys), sorted(keys - expected)
-        raise ExperienceError(f"{where}: missing fields {missing}, unexpected fields {extra}")
+        missing, extra = sorted(expected - keys), sorted(keys - expected, key=str)
+        raise ExperienceError(f"{where}: missing fields {missing}, unexpected fields {short(extra)}")
+
+
+def _depth(value) -> int:
+    """Nesting depth of parsed JSON, iteratively (a deep value must not exhaust the stack being measured)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return depth
+        deepest = max(deepest, depth)
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    return deepest
 
 
 def _list(value, where: str) -> list:

@@ -18,21 +18,22 @@ before changing anything; applying is then all or nothing.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 import os
 import random
 import re
-import struct
-import sys
 import uuid
 import warnings
 from pathlib import Path
 
+from .. import _safetensors
 from .. import checkpoint as standalone
-from .._atomic import fsync_directory, write_atomic
+from .._atomic import exclusive, fsync_directory, reclaim_temporaries, write_atomic
 from .._checkpoint_state import (
+    MANIFEST_MAX_BYTES,
     VERSION,
     ModelState,
     Rollback,
@@ -47,32 +48,16 @@ from .._checkpoint_state import (
     field,
     optimizer_state,
     read_json,
-    sha256,
+    state_bytes,
 )
+from .._files import open_regular
 from ..errors import CheckpointError
 
 FORMAT = "tensorcode-training-checkpoint"
 MANIFEST = "training.json"
 _TENSORS = re.compile(r"tensors-[0-9a-f]{32}\.safetensors")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_SAFETENSORS_DTYPES = {
-    "float64": "F64",
-    "float32": "F32",
-    "float16": "F16",
-    "bfloat16": "BF16",
-    "int64": "I64",
-    "int32": "I32",
-    "int16": "I16",
-    "int8": "I8",
-    "uint8": "U8",
-    "bool": "BOOL",
-    "uint16": "U16",
-    "uint32": "U32",
-    "uint64": "U64",
-    "complex64": "C64",
-    "float8_e4m3fn": "F8_E4M3",
-    "float8_e5m2": "F8_E5M2",
-}
+LOCK = ".training.lock"
 _PYTHON_WORDS = 625  # random.getstate(): 624 Mersenne Twister words and the position
 
 
@@ -112,43 +97,96 @@ def save_checkpoint(trainer, directory: str | os.PathLike, progress: dict | None
     }
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        _check_replaceable(directory / MANIFEST)
-        digest, size = _write_tensors(directory / name, tensors)
-        try:
-            manifest["tensors"].update(sha256=digest, bytes=size)
-            text = json.dumps(manifest, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        with _saving(directory, name):
+            _check_replaceable(directory / MANIFEST)
+            digest, size = _write_tensors(directory / name, tensors)
+            try:
+                manifest["tensors"].update(sha256=digest, bytes=size)
+                text = json.dumps(manifest, separators=(",", ":"), allow_nan=False).encode("utf-8")
+                fsync_directory(directory)
+                write_atomic(directory / MANIFEST, text)
+            except BaseException:
+                (directory / name).unlink(missing_ok=True)  # never referenced: the previous manifest still rules
+                raise
             fsync_directory(directory)
-            write_atomic(directory / MANIFEST, text)
-        except BaseException:
-            (directory / name).unlink(missing_ok=True)  # never referenced: the previous manifest still rules
-            raise
-        fsync_directory(directory)
     except OSError as exc:
         raise CheckpointError(f"{directory}: cannot write checkpoint: {exc}") from exc
 
 
-def load_checkpoint(trainer, path: str | os.PathLike) -> dict:
+@contextlib.contextmanager
+def _saving(directory: Path, name: str):
+    """Hold the directory's save lock, reclaim what killed saves left, and record ``name`` as pending.
+
+    The lock file names the generation a save is writing until ``training.json`` refers to it. A save killed
+    after publishing its tensors file but before switching ``training.json`` leaves a generation that nothing
+    ever referred to; the next save finds it named there and removes it. Generations that ``training.json``
+    once referred to stay, as documented.
+    """
+    try:
+        lock = exclusive(directory / LOCK)
+    except BlockingIOError as exc:
+        raise CheckpointError(
+            f"{directory}: another checkpoint save into this directory is in progress (it holds {LOCK}); "
+            "save each run into its own directory, or wait for the other save to finish"
+        ) from exc
+    with lock as handle:
+        pending = handle.read(128).decode("ascii", "replace")
+        if _TENSORS.fullmatch(pending) and pending != _current_generation(directory):
+            (directory / pending).unlink(missing_ok=True)
+        reclaim_temporaries(directory, r"\.tensors-[0-9a-f]{32}\.safetensors\.")
+        _record(handle, name)
+        yield
+        _record(handle, "")
+
+
+def _record(handle, name: str) -> None:
+    handle.seek(0)
+    handle.truncate()
+    handle.write(name.encode("ascii"))
+    handle.flush()
+
+
+def _current_generation(directory: Path) -> str | None:
+    """The tensors file ``training.json`` refers to; ``""`` if there is no manifest, None if it is unreadable."""
+    if not (directory / MANIFEST).exists():
+        return ""
+    try:
+        entry = read_json(directory / MANIFEST, follow=False).get("tensors")
+    except CheckpointError:
+        return None
+    return entry.get("file") if isinstance(entry, dict) else None
+
+
+def load_checkpoint(
+    trainer, path: str | os.PathLike, *, max_bytes: int | None = None, max_manifest_bytes: int = MANIFEST_MAX_BYTES
+) -> dict:
     """Restore a checkpoint directory (or a standalone JSON file) into ``trainer``; returns the progress.
 
     A standalone ``tensorcode.checkpoint`` file restores model and optimizer state only; the trainer's random
     state, modes, steps and progress stay as they are, and its current progress is returned.
+
+    Every file read must be a regular file inside the directory (symbolic links are refused). ``training.json``
+    may hold at most ``max_manifest_bytes`` (64 MiB); the tensors file (or a standalone file) at most
+    ``max_bytes``, by default what this trainer's state can need: four times its model state plus 1 MiB (six
+    times plus 16 MiB for base64 standalone files).
     """
     path = Path(path)
-    if path.is_file():
-        record = read_json(path)
+    model_bytes = state_bytes(trainer.operations)
+    if path.is_dir():
+        directory, manifest = path, path / MANIFEST
+        if not os.path.lexists(manifest):
+            raise CheckpointError(f"{path} holds no {MANIFEST}; it is not a training checkpoint directory")
+        record = read_json(manifest, max_bytes=max_manifest_bytes, follow=False)
+    else:
+        limit = max(max_manifest_bytes, 6 * model_bytes + 16 * 2**20) if max_bytes is None else max_bytes
+        record = read_json(path, max_bytes=limit)
         if record.get("format") == standalone.FORMAT:
             standalone.restore(record, path, trainer.operations, trainer.optimizer)
             return copy.deepcopy(trainer.progress)
         directory, manifest = path.parent, path
-    elif path.is_dir():
-        directory, manifest = path, path / MANIFEST
-        if not manifest.is_file():
-            raise CheckpointError(f"{path} holds no {MANIFEST}; it is not a training checkpoint directory")
-        record = read_json(manifest)
-    else:
-        raise CheckpointError(f"{path}: no such checkpoint")
     check_header(record, FORMAT, manifest)
-    plan = _validate(record, directory, trainer)
+    limit = 4 * model_bytes + 2**20 if max_bytes is None else max_bytes
+    plan = _validate(record, directory, trainer, limit)
     model, copies, prepared, modes, rng, steps, progress = plan
     with Rollback(model.tensors.values(), trainer.optimizer) as rollback:
         rollback.add(_rng_snapshot(rng))
@@ -163,7 +201,7 @@ def load_checkpoint(trainer, path: str | os.PathLike) -> dict:
     return copy.deepcopy(progress)
 
 
-def _validate(record: dict, directory: Path, trainer) -> tuple:
+def _validate(record: dict, directory: Path, trainer, max_bytes: int) -> tuple:
     """Check the manifest, the tensors file and every tensor against the trainer; change nothing."""
     entry = field(record, "tensors", dict, MANIFEST)
     name = field(entry, "file", str, f"{MANIFEST} tensors")
@@ -199,18 +237,13 @@ def _validate(record: dict, directory: Path, trainer) -> tuple:
     ) != len(cuda):
         raise CheckpointError(f"{MANIFEST}: rng cuda must list distinct device indices, got {cuda!r}")
 
-    payload = _read_tensors(directory / name, digest, size)
     expected = (
         {f"model/{k}" for k in model_meta}
         | {f"optimizer/{k}" for k in slot_keys}
         | {"rng/python", "rng/torch"}
         | {f"rng/cuda/{i}" for i in cuda}
     )
-    missing, unexpected = sorted(expected - set(payload)), sorted(set(payload) - expected)
-    if missing:
-        raise CheckpointError(f"{MANIFEST} refers to tensors that {name} does not hold: {missing}")
-    if unexpected:
-        raise CheckpointError(f"{name} holds tensors that {MANIFEST} does not refer to: {unexpected}")
+    payload = _read_tensors(directory / name, digest, size, expected, max_bytes)
     model = ModelState(trainer.operations)
     copies = check_model(model_meta, aliases, _section(payload, "model/"), model)
     prepared = check_optimizer(optimizer, _section(payload, "optimizer/"), trainer.optimizer, model)
@@ -218,29 +251,65 @@ def _validate(record: dict, directory: Path, trainer) -> tuple:
     return model, copies, prepared, modes, rng, steps, progress
 
 
-def _read_tensors(path: Path, digest: str, size: int) -> dict:
-    from safetensors import SafetensorError
-    from safetensors.torch import load
+def _read_tensors(path: Path, digest: str, size: int, expected: set, max_bytes: int) -> dict:
+    """The tensors of ``path``, which must hold exactly the ``expected`` names and match its checksum.
 
+    The header is read and checked first, so a hostile file costs at most its header before it is refused; the
+    data is then read once, straight into the tensors, and hashed on the way. Any refusal before the checksum
+    was verified is reported as a checksum failure if the file fails it: corruption is the likelier story.
+    """
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError as exc:
-        raise CheckpointError(
-            f"{MANIFEST} refers to {path.name}, which is missing from {path.parent}; keep the tensors file "
-            f"with {MANIFEST} when moving a checkpoint"
-        ) from exc
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot read tensors: {exc}") from exc
-    if len(data) != size or sha256(data) != digest:
-        raise CheckpointError(
-            f"{path.name} fails its checksum ({len(data)} bytes, {size} recorded): the file is corrupted or "
-            "was modified"
-        )
+        handle, actual = open_regular(path, error=CheckpointError, what="tensors file", follow=False)
+    except CheckpointError as exc:
+        if not os.path.lexists(path):
+            raise CheckpointError(
+                f"{MANIFEST} refers to {path.name}, which is missing from {path.parent}; keep the tensors file "
+                f"with {MANIFEST} when moving a checkpoint"
+            ) from exc
+        raise
+    with handle:
+        if actual != size:
+            raise CheckpointError(
+                f"{path.name} fails its checksum ({actual} bytes, {size} recorded): the file is corrupted or "
+                "was modified"
+            )
+        if size > max_bytes:
+            raise CheckpointError(
+                f"{path.name} is {size:,} bytes, more than this trainer's state can need ({max_bytes:,}); pass a "
+                "larger max_bytes to load a checkpoint you trust"
+            )
+        hasher = hashlib.sha256()
+        try:
+            entries, _, header = _safetensors.read_header(
+                handle, size, max_tensors=len(expected), error=CheckpointError, where=path.name
+            )
+            missing, unexpected = sorted(expected - set(entries)), sorted(set(entries) - expected)
+            if missing:
+                raise CheckpointError(f"{MANIFEST} refers to tensors that {path.name} does not hold: {missing}")
+            if unexpected:
+                raise CheckpointError(f"{path.name} holds tensors that {MANIFEST} does not refer to: {unexpected}")
+            hasher.update(header)
+            payload = _safetensors.read_data(handle, entries, hasher, error=CheckpointError, where=path.name)
+        except CheckpointError as exc:
+            if _checksum_fails(handle, digest):
+                raise CheckpointError(
+                    f"{path.name} fails its checksum: the file is corrupted or was modified"
+                ) from exc
+            raise
+        if hasher.hexdigest() != digest:
+            raise CheckpointError(f"{path.name} fails its checksum: the file is corrupted or was modified")
+    return payload
+
+
+def _checksum_fails(handle, digest: str) -> bool:
+    hasher = hashlib.sha256()
     try:
-        return load(data)
-    except (SafetensorError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"{path.name} is not a readable safetensors file: {exc}") from exc
+        handle.seek(0)
+        while chunk := handle.read(4 * 2**20):
+            hasher.update(chunk)
+    except OSError:
+        return True
+    return hasher.hexdigest() != digest
 
 
 def _write_tensors(path: Path, tensors: dict) -> tuple[str, int]:
@@ -263,29 +332,10 @@ def _write_tensors(path: Path, tensors: dict) -> tuple[str, int]:
 
 
 def _safetensors_chunks(tensors: dict):
-    """The safetensors serialization of contiguous CPU ``tensors``: header length, JSON header, raw data."""
-    import torch
-
-    if sys.byteorder != "little":  # safetensors stores little-endian data; let the library swap bytes
-        from safetensors.torch import save
-
-        yield save(tensors, metadata={"format": FORMAT})
-        return
-    header, offset = {"__metadata__": {"format": FORMAT}}, 0
-    for key, tensor in tensors.items():
-        code = _SAFETENSORS_DTYPES.get(dtype_name(tensor.dtype))
-        if code is None:
-            raise CheckpointError(f"{key}: dtype {dtype_name(tensor.dtype)} cannot be stored in safetensors")
-        size = tensor.numel() * tensor.element_size()
-        header[key] = {"dtype": code, "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)  # the data section starts 8-byte aligned, as safetensors writes it
-    yield struct.pack("<Q", len(text))
-    yield text
-    for tensor in tensors.values():
-        if tensor.numel():
-            yield memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+    try:
+        yield from _safetensors.chunks(tensors, {"format": FORMAT})
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from exc
 
 
 def _section(payload: dict, prefix: str) -> dict:

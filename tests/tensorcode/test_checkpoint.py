@@ -178,6 +178,7 @@ def test_save_writes_training_json_and_one_checksummed_tensors_generation(tmp_pa
     train(trainer)
     trainer.save_checkpoint(tmp_path / "run", progress={"next_example": 43})
     files = sorted(os.listdir(tmp_path / "run"))
+    assert files.pop(0) == ".training.lock"  # empty between saves; see test_untrusted_checkpoint.py
     assert len(files) == 2 and files[1] == "training.json"
     assert re.fullmatch(r"tensors-[0-9a-f]{32}\.safetensors", files[0])
     record = manifest(tmp_path / "run")
@@ -362,7 +363,7 @@ def test_each_save_adds_an_immutable_generation_and_previous_ones_remain(tmp_pat
     assert second["file"] != first["file"]
     assert (tmp_path / first["file"]).read_bytes() == first_bytes
     assert len(list(tmp_path.glob("tensors-*.safetensors"))) == 2
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [".training.lock"]
 
 
 @pytest.mark.parametrize("failing_call", [0, 1, 2])
