@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Q
+from django.db.models import Count, Max, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -67,5 +67,20 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         context["exports"] = project.exports.all()[:5]
         context["upload_form"] = ExperienceUploadForm()
         context["uploads"] = project.experience_uploads.all()[:5]
-        context["members"] = project.memberships.select_related("user").order_by("role", "user__username")
+        context["reviewers"] = _reviewer_progress(project)
     return render(request, "annotate/project_detail.html", context)
+
+
+def _reviewer_progress(project: Project) -> list[dict]:
+    """Per reviewer: answers, skips and drafts in this project, and when they last changed one."""
+    rows: dict[str, dict] = {}
+    counts = (
+        Answer.objects.filter(item__project=project).order_by()
+        .values("reviewer__username", "kind").annotate(n=Count("id"), last=Max("updated_at"))
+    )
+    for entry in counts:
+        row = rows.setdefault(entry["reviewer__username"], {"name": entry["reviewer__username"], "target": 0,
+                                                            "skip": 0, "draft": 0, "last": None})
+        row[entry["kind"]] = entry["n"]
+        row["last"] = max(filter(None, [row["last"], entry["last"]]))
+    return sorted(rows.values(), key=lambda r: r["name"])

@@ -211,3 +211,17 @@ def test_admin_adds_member_and_changes_guidelines(client, project, project_admin
     assert project.role_of(outsider) == Role.REVIEWER
     assert (project.guidelines, project.overlap, project.lease_seconds) == ("New rules.", 2, 300)
     assert (project.tool, project.mode) == ("decision", "rank")
+
+
+@pytest.mark.django_db
+def test_admin_sees_each_reviewers_progress(client, project, project_admin, reviewer, second_reviewer) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    _answer_all([first, second], reviewer)
+    Answer.objects.create(item=first, reviewer=second_reviewer, kind=AnswerKind.SKIP, skip_reason="unclear",
+                          source=project.source_for(first.pk, second_reviewer))
+    client.force_login(project_admin)
+
+    page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
+
+    assert "<tr><td>rita</td><td>2</td><td>0</td><td>0</td>" in page
+    assert "<tr><td>sam</td><td>0</td><td>1</td><td>0</td>" in page
