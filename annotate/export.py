@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import zipfile
 from collections.abc import Iterator
 from datetime import datetime
@@ -29,6 +30,7 @@ FORMAT = "tensorcode-annotate.export"
 VERSION = 1
 CHUNK = 1000  # rows fetched per database round trip
 MAX_MINIBATCH = 4096
+PROGRESS_SECONDS = 0.5
 FILTER_KEYS = ("reviewers", "after", "before", "confidence_min", "confidence_max", "item_status", "item_ids")
 
 
@@ -199,6 +201,7 @@ def _write_files(export: Export, partial: Path) -> dict:
     trainer = tooling.trainer_for_project(project) if experience else None
     files: list[dict] = []
     done = 0
+    next_report = time.monotonic()
     with (partial / JSONL).open("w", encoding="utf-8") as jsonl:
         for batch in _minibatches(answers.iterator(chunk_size=CHUNK), export.minibatch_size):
             for answer in batch:
@@ -212,7 +215,9 @@ def _write_files(export: Export, partial: Path) -> dict:
                 files.append({"name": name, "examples": len(batch), "first_item": batch[0].item_id,
                               "last_item": batch[-1].item_id})
             done += len(batch)
-            Export.objects.filter(pk=export.pk).update(done=done, total=max(done, export.total))
+            if time.monotonic() >= next_report:  # progress at most twice a second: each update is a commit
+                Export.objects.filter(pk=export.pk).update(done=done, total=max(done, export.total))
+                next_report = time.monotonic() + PROGRESS_SECONDS
     if done == 0:
         raise NothingSelected("export: no reviewed answers match these filters any more")
     version = project.current_version
