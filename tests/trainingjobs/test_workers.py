@@ -40,7 +40,8 @@ class Workers:
         self.tmp_path = tmp_path
         self.database_url = database_url
         self.processes: dict[str, subprocess.Popen] = {}
-        self.client = Celery("client", broker=REDIS_URL)
+        # Not the current app: shared tasks would then resolve to this client's copies.
+        self.client = Celery("client", broker=REDIS_URL, set_as_current=False)
         self.client.conf.task_routes = settings.CELERY_TASK_ROUTES
 
     def start(self, name: str, *, lease_seconds: float = 3.0) -> subprocess.Popen:
@@ -68,8 +69,11 @@ class Workers:
         return self.log(name).exists() and " ready." in self.log(name).read_text()
 
     def send(self, job_id: int) -> None:
-        """What `delay_on_commit` of the web process does, through Redis."""
+        """What `train_job.delay_on_commit` of the web process does, through Redis."""
         self.client.send_task("trainingjobs.tasks.train_job", args=[job_id], queue="gpu")
+
+    def send_repredict(self, project_id: int, version_id: int) -> None:
+        self.client.send_task("trainingjobs.tasks.repredict_pending", args=[project_id, version_id])
 
     def kill(self, name: str) -> None:
         process = self.processes.pop(name)
@@ -104,6 +108,7 @@ def redis_workers(tmp_path, monkeypatch):
     redis.Redis.from_url(REDIS_URL).flushdb()
     workers = Workers(tmp_path, _database_url())
     monkeypatch.setattr("trainingjobs.tasks.train_job.delay", workers.send)
+    monkeypatch.setattr("trainingjobs.tasks.repredict_pending.delay", workers.send_repredict)
     try:
         yield workers
     finally:
