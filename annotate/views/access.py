@@ -27,9 +27,11 @@ def admin_project(request, slug: str) -> Project:
 
 def project_item(project: Project, pk: int) -> Item:
     """Item `pk` of `project` (404 for another project's item), with its prediction and model version."""
-    return get_object_or_404(
+    item = get_object_or_404(
         Item.objects.select_related("prediction", "prediction__model_version"), pk=pk, project=project
     )
+    item.project = project  # the services read item.project; this saves them a query
+    return item
 
 
 def can_create_projects(user) -> bool:

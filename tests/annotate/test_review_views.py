@@ -344,3 +344,17 @@ def test_admin_sees_every_reviewers_answer_and_reviewer_only_their_own(client, p
     assert "visible to project admins" in admin_page and "<td>rita</td>" in admin_page
     assert "<code>dns</code>" in admin_page
     assert "rita" not in reviewer_page and 'id="target-form"' not in reviewer_page
+
+
+@pytest.mark.django_db
+def test_item_page_and_submit_use_a_bounded_number_of_queries(client, project, reviewer,
+                                                             django_assert_max_num_queries) -> None:
+    """The workspace's cost does not grow with the project: a fixed handful of indexed queries."""
+    first, *_ = ready_items(project, [0.1, 0.2, 0.3, 0.4])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+
+    with django_assert_max_num_queries(9):
+        client.get(reverse("item_detail", args=[project.slug, first.pk]))
+    with django_assert_max_num_queries(40):
+        client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "db"}, **HX)
