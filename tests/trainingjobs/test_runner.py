@@ -242,3 +242,30 @@ def test_split_holds_out_whole_items_and_always_trains_on_one(project, reviewed,
 
     assert len(job.held_out_records) == held
     assert len(job.train_records) == 12 - held
+
+
+def test_verifier_job_refits_calibration_on_the_held_out_pairs(admin, reviewer) -> None:
+    from annotate.models import Answer, AnswerKind, AnswerRevision, Item, ItemStatus, Project
+    from tensorcode import tools
+
+    project = Project.objects.create(slug="nli", name="NLI", tool="investigator", mode="verification",
+                                     configuration={"dim": 8, "buckets": 64, "modes": ["verification"]})
+    project.current_version = ModelVersion.objects.allocate(project, label="untrained", trained=False)
+    project.save()
+    labels = ["entailment", "neutral", "contradiction"]
+    for n in range(12):
+        item = Item.objects.create(project=project, status=ItemStatus.DONE,
+                                   inputs={"premise": f"The disk {n} was full.", "hypothesis": f"Disk {n} is full."})
+        answer = Answer.objects.create(item=item, reviewer=reviewer, kind=AnswerKind.TARGET, target=labels[n % 3],
+                                       source=project.source_for(item.pk, reviewer))
+        AnswerRevision.objects.create(answer=answer, kind=answer.kind, target=answer.target)
+    job = launch(project, held_out_fraction=0.5)
+
+    assert runner.train(job.pk, "worker-a") == "succeeded", TrainingJob.objects.get(pk=job.pk).error
+
+    job.refresh_from_db()
+    assert job.metrics["calibration"]
+    assert job.metrics["new"]["metric"] == "accuracy"
+    tool = tools.load_pretrained(str(job.result_version.path))
+    receipt = tools.predict(tool, "verification", [{"premise": "a", "hypothesis": "b"}])[0]
+    assert receipt["calibration"]["fitted"] is True
