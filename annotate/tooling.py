@@ -1,8 +1,8 @@
 """The only module of the app that touches `tensorcode`: tools by name, predictions in a trace, targets checked.
 
-Torch-free functions (`check_tool_mode`, `check_configuration`, `validate_inputs`, `validate_target`) run in
-the web process. `load_version`, `predict_batch`, `capture_experience` and `check_experience_file` import
-torch and run only in Celery workers (and management commands).
+Torch-free functions (`check_tool_mode`, `validate_inputs`, `validate_target`) run in the web process.
+`load_version`, `predict_batch`, `capture_experience` and `check_experience_file` import torch and run only in
+Celery workers (and management commands).
 """
 
 from __future__ import annotations
@@ -17,11 +17,6 @@ from typing import Any
 
 import tensorcode
 from tensorcode import tools as _tools
-
-# `tensorcode.tools` has the registry (names, MODES, create, get, load_pretrained, predict); the torch-free
-# validators (validate_inputs, validate_target) are still landing (lib-contract). Until they do, the
-# `_fallback_validate_*` helpers at the bottom stand in: they import torch, and go away with that merge.
-_VALIDATORS = callable(getattr(_tools, "validate_inputs", None)) and callable(getattr(_tools, "validate_target", None))
 
 TOOL_MODES: dict[str, tuple[str, ...]] = {name: tuple(modes) for name, modes in _tools.MODES.items()}
 
@@ -46,17 +41,13 @@ def check_tool_mode(tool: str, mode: str) -> None:
 def validate_inputs(tool: str, mode: str, inputs: Any, configuration: dict | None = None) -> Any:
     """One example's inputs, normalized; `ValueError` naming the field when the tool would reject them."""
     check_tool_mode(tool, mode)
-    if _VALIDATORS:
-        return _tools.validate_inputs(tool, mode, inputs, configuration=configuration or None)
-    return _fallback_validate_inputs(tool, mode, inputs, configuration or {})
+    return _tools.validate_inputs(tool, mode, inputs, configuration=configuration or None)
 
 
 def validate_target(tool: str, mode: str, inputs: Any, target: Any, configuration: dict | None = None) -> Any:
     """The normalized target; `ValueError` with the trainer's own message when training would reject it."""
     check_tool_mode(tool, mode)
-    if _VALIDATORS:
-        return _tools.validate_target(tool, mode, inputs, target, configuration=configuration or None)
-    return _fallback_validate_target(tool, mode, inputs, target, configuration or {})
+    return _tools.validate_target(tool, mode, inputs, target, configuration=configuration or None)
 
 
 def to_json(value: Any) -> Any:
@@ -75,7 +66,8 @@ def create_tool(tool: str, mode: str, configuration: dict):
 
 
 def check_configuration(tool: str, mode: str, configuration: dict) -> dict:
-    """The configuration with defaults, or `ValueError` naming the bad field (builds nothing)."""
+    """The configuration with defaults, or `ValueError` naming the bad field (builds nothing, but imports the
+    tool's class and so torch: the library has no public torch-free configuration check yet)."""
     check_tool_mode(tool, mode)
     cls = _tools.get(tool)
     return cls.validate_configuration(cls.configuration_for_mode(mode, dict(configuration or {})))
@@ -307,24 +299,3 @@ def check_experience_file(version, path: Path) -> dict:
 
 def trainer_losses(trainer) -> list[str]:
     return list(trainer._losses) if hasattr(trainer, "_losses") else list(trainer.tool.training_losses())
-
-
-# -- fallback until tensorcode.tools has validate_inputs/validate_target (lib-contract); imports torch -------
-@functools.lru_cache(maxsize=8)
-def _fallback_instance(tool: str, mode: str, configuration_json: str):
-    return create_tool(tool, mode, json.loads(configuration_json))
-
-
-def _fallback_validate_inputs(tool: str, mode: str, inputs: Any, configuration: dict) -> Any:
-    import torch
-
-    instance = _fallback_instance(tool, mode, json.dumps(configuration, sort_keys=True))
-    with torch.no_grad():
-        _tools.predict(instance, mode, [inputs])
-    return to_json(inputs)
-
-
-def _fallback_validate_target(tool: str, mode: str, inputs: Any, target: Any, configuration: dict) -> Any:
-    instance = _fallback_instance(tool, mode, json.dumps(configuration, sort_keys=True))
-    instance.prepare_capture({"mode": mode, "inputs": [inputs]}, [target])
-    return to_json(target)

@@ -37,18 +37,12 @@ CASES = {
 }
 
 
-def _needs_list_pixels(tool: str) -> None:
-    if tool == "scene" and not tooling._VALIDATORS:
-        pytest.skip("Scene reads JSON pixel lists once tensorcode.tools.validate_inputs lands (lib-contract)")
-
-
 def test_every_registered_tool_and_mode_has_a_case() -> None:
     assert {(t, m) for t, modes in tooling.TOOL_MODES.items() for m in modes} == set(CASES)
 
 
 @pytest.mark.parametrize(("tool", "mode"), sorted(CASES))
 def test_validate_target_accepts_good_and_rejects_bad(tool: str, mode: str) -> None:
-    _needs_list_pixels(tool)
     inputs, good, bad = CASES[(tool, mode)]
 
     assert tooling.validate_inputs(tool, mode, inputs) is not None
@@ -59,7 +53,6 @@ def test_validate_target_accepts_good_and_rejects_bad(tool: str, mode: str) -> N
 
 @pytest.mark.parametrize(("tool", "mode"), sorted(CASES))
 def test_prediction_and_experience_round_trip(tool: str, mode: str, tmp_path) -> None:
-    _needs_list_pixels(tool)
     inputs, good, _ = CASES[(tool, mode)]
     tool_object = tooling.create_tool(tool, mode, {})
     tool_object.save_pretrained(tmp_path / "model")
