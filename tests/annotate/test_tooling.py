@@ -86,3 +86,25 @@ def test_check_tool_mode_names_valid_choices() -> None:
         tooling.check_tool_mode("oracle", "rank")
     with pytest.raises(ValueError, match="its modes: outcomes, proposal"):
         tooling.check_tool_mode("planner", "rank")
+
+
+def test_web_process_checks_inputs_and_targets_without_torch() -> None:
+    """The site's modules and the target check never import torch: web requests never run a model."""
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    script = (
+        "import os, sys, django; os.environ['DJANGO_SETTINGS_MODULE'] = 'annotate.settings'; django.setup()\n"
+        "from django.urls import resolve; resolve('/')\n"
+        "from annotate import admin, api, export, imports, queue, tasks, tooling\n"
+        f"inputs = {CASES[('decision', 'rank')][0]!r}\n"
+        "tooling.validate_inputs('decision', 'rank', inputs)\n"
+        "tooling.validate_target('decision', 'rank', inputs, 'a')\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=settings.BASE_DIR, capture_output=True, text=True,
+                          timeout=120)
+
+    assert done.returncode == 0, done.stderr
