@@ -83,6 +83,32 @@ def materialize(version) -> None:
     tool.save_pretrained(version.path)
 
 
+def register_version(project, source: Path, *, label: str = "", trained: bool = True, parent=None):
+    """A new ModelVersion of `project` from a `save_pretrained` directory (worker or shell only).
+
+    The directory is loaded strictly by its registered tool name; it must be the project's tool with a
+    configuration that serves the project's mode. The tool is then saved afresh into the version's own
+    directory, so nothing of `source` but the validated tool reaches the artifact root.
+    """
+    from annotate.models import ModelVersion
+
+    tool = _tools.load_pretrained(str(source), device="cpu")
+    name = getattr(tool, "NAME", None)
+    if name != project.tool:
+        raise ValueError(f"{source}: a {name!r} tool, but project {project.slug!r} uses {project.tool!r}")
+    configuration = tool.configuration()
+    try:
+        expected = check_configuration(project.tool, project.mode, configuration)
+    except ValueError as exc:
+        raise ValueError(f"{source}: its configuration does not serve mode {project.mode!r}: {exc}") from exc
+    if expected != configuration:
+        raise ValueError(f"{source}: its configuration does not serve mode {project.mode!r}")
+    version = ModelVersion.objects.allocate(project, label=label or f"registered from {Path(source).name}",
+                                            trained=trained, parent=parent)
+    tool.save_pretrained(version.path)
+    return version
+
+
 def load_version(version):
     """The version's tool in eval mode, loaded by its registered name (materialized first when untrained)."""
     materialize(version)

@@ -95,3 +95,29 @@ def test_create_api_token_limits_to_a_project_of_the_user(project, outsider) -> 
         _run("create_api_token", "olga", "--project", "outages")
     with pytest.raises(CommandError, match="no user"):
         _run("create_api_token", "ghost")
+
+
+def test_register_model_version_stores_a_copy_and_can_make_it_current(project, tmp_path: Path) -> None:
+    tool = tooling.create_tool("decision", "rank", {"dim": 8, "buckets": 64})
+    tool.save_pretrained(tmp_path / "mine")
+
+    output = _run("register_model_version", "outages", str(tmp_path / "mine"), "--label", "mine", "--make-current")
+
+    project.refresh_from_db()
+    version = project.current_version
+    assert f"Model version {version.pk} (mine)" in output
+    assert version.trained and version.is_materialized
+    assert tooling.load_version(version).configuration() == tool.configuration()
+
+
+def test_register_model_version_refuses_another_tool_and_bad_directories(project, tmp_path: Path) -> None:
+    tooling.create_tool("chatbot", "reply", {}).save_pretrained(tmp_path / "bot")
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "tool.json").write_text("{not json")
+
+    with pytest.raises(CommandError, match="a 'chatbot' tool, but project 'outages' uses 'decision'"):
+        _run("register_model_version", "outages", str(tmp_path / "bot"))
+    with pytest.raises(CommandError):
+        _run("register_model_version", "outages", str(tmp_path / "junk"))
+    with pytest.raises(CommandError):
+        _run("register_model_version", "outages", str(tmp_path / "missing"))
