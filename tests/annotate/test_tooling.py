@@ -108,3 +108,20 @@ def test_web_process_checks_inputs_and_targets_without_torch() -> None:
                           timeout=120)
 
     assert done.returncode == 0, done.stderr
+
+
+def test_readme_import_examples_are_valid_inputs() -> None:
+    """Every example line of README's import formats table passes its tool's input check."""
+    import re
+
+    from django.conf import settings
+
+    readme = (settings.BASE_DIR / "README.md").read_text()
+    section = readme[readme.index("### Import formats"):readme.index("### Exports")]
+    rows = re.findall(r"^\| ([a-z, ]+) / ([a-z]+) \| `(.*)` \|$", section, re.MULTILINE)
+    checked = set()
+    for tools, mode, line in rows:
+        for tool in (name.strip() for name in tools.split(",")):
+            tooling.validate_inputs(tool, mode, json.loads(line)["inputs"])
+            checked.add((tool, mode))
+    assert checked == set(CASES)
