@@ -125,6 +125,8 @@ def with_db_retry(operation: Callable[[], T], *, attempts: int = 6, first_delay:
 
 
 def _drop_connection() -> None:
+    if connection.in_atomic_block:
+        return  # the caller's transaction owns the connection (tests run inside one); it cannot be replaced here
     with contextlib.suppress(TRANSIENT_DB_ERRORS):
         connection.close()
     close_old_connections()

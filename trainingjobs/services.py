@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -126,7 +127,10 @@ def sweep() -> list[int]:
     from trainingjobs import lease
 
     now = timezone.now()
-    stale = now - timezone.timedelta(seconds=lease.lease_seconds())
+    # A queued job may wait for a free GPU for hours; only one whose message the broker would have redelivered
+    # by now (the visibility timeout) is taken to have lost it.
+    timeout = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600)
+    stale = now - timezone.timedelta(seconds=max(timeout, lease.lease_seconds()))
     requeued = []
     with transaction.atomic():
         expired = TrainingJob.objects.select_for_update(skip_locked=True).filter(
@@ -136,7 +140,7 @@ def sweep() -> list[int]:
             job.log = job.appended_log(job.log, f"heartbeat of {job.lease_owner} expired; re-queued")
             _requeue(job)
             requeued.append(job.pk)
-        # A queued job whose message was lost (a broker flushed, a worker killed before it acknowledged).
+        # A queued job whose message was lost (a broker flushed, say).
         lost = TrainingJob.objects.select_for_update(skip_locked=True).filter(
             state=JobState.PENDING, queued_at__lt=stale
         )
