@@ -16,12 +16,13 @@ COMMON = {
     "checkpoint_interval": 50,
 }
 
+# Measured (bench/defaults_sweep.py, 320 generated items, 96 held out): Adam at 0.01 reaches top-1 1.00 within
+# 5 epochs for Decision and Investigator ranking; Scene needs more epochs and a smaller step (Adam at 0.03
+# diverges). Planner and Chatbot were not swept; they take the common settings.
 BY_TOOL: dict[str, dict] = {
-    "scene": {"optimizer": "adam", "lr": 0.01, "epochs": 30},
-    "decision": {"optimizer": "adam", "lr": 0.01, "epochs": 20},
-    "investigator": {"optimizer": "adam", "lr": 0.01, "epochs": 20},
-    "planner": {"optimizer": "adam", "lr": 0.01, "epochs": 20},
-    "chatbot": {"optimizer": "adam", "lr": 0.01, "epochs": 20},
+    "scene": {"optimizer": "adam", "lr": 0.001, "epochs": 30},
+    "decision": {"optimizer": "adam", "lr": 0.01, "epochs": 10},
+    "investigator": {"optimizer": "adam", "lr": 0.01, "epochs": 10},
 }
 
 
