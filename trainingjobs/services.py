@@ -137,6 +137,11 @@ def sweep() -> list[int]:
             state=JobState.RUNNING, lease_expires_at__lt=now
         )
         for job in expired:
+            if job.cancel_requested:  # its worker died before it could stop: there is nothing left to stop
+                job.log = job.appended_log(job.log, f"heartbeat of {job.lease_owner} expired; cancelled as asked")
+                job.state, job.finished_at, job.lease_owner, job.lease_expires_at = JobState.CANCELLED, now, "", None
+                job.save()
+                continue
             job.log = job.appended_log(job.log, f"heartbeat of {job.lease_owner} expired; re-queued")
             _requeue(job)
             requeued.append(job.pk)

@@ -269,3 +269,15 @@ def test_verifier_job_refits_calibration_on_the_held_out_pairs(admin, reviewer) 
     tool = tools.load_pretrained(str(job.result_version.path))
     receipt = tools.predict(tool, "verification", [{"premise": "a", "hypothesis": "b"}])[0]
     assert receipt["calibration"]["fitted"] is True
+
+
+def test_sweep_cancels_a_job_whose_worker_died_after_cancel_was_asked(project, reviewed) -> None:
+    job = launch(project)
+    lease.acquire(job.pk, "worker-a")
+    services.cancel(job.pk)
+    TrainingJob.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+    assert services.sweep() == []
+
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED and not job.lease_owner
