@@ -131,10 +131,10 @@ def _direct_fit(job) -> float:
     from tensorcode import training
     from trainingjobs import snapshot
 
-    files = snapshot.ensure(job, job.base_version)
+    files = snapshot.ensure(job, job.base_version, "train")
     tool = copy.deepcopy(tooling.load_version(job.base_version))
     trainer = training.Trainer.from_tool(tool, optimizer=lambda ps: torch.optim.Adam(ps, lr=job.lr), lr=job.lr)
-    sessions = [training.load_experience(str(path), operations=trainer.operations) for path in files.train]
+    sessions = [training.load_experience(str(path), operations=trainer.operations) for path in files]
     started = time.perf_counter()
     trainer.fit(sessions, epochs=job.epochs)
     return time.perf_counter() - started

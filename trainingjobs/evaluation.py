@@ -12,14 +12,14 @@ logger = logging.getLogger(__name__)
 CHANGED_SHOWN = 50  # held-out items listed with their changed prediction
 
 
-def compare(job, new_version, files: snapshot.Snapshot) -> dict:
+def compare(job, new_version, held_out: list) -> dict:
     """`{"held_out", "base", "new", "changed", "changed_count"}`; metrics are `training.evaluate` reports."""
     from annotate import tooling
     from tensorcode import training
 
-    if not files.held_out:
+    if not held_out:
         return {"held_out": 0, "note": "no held-out records (held-out fraction 0 or fewer than two items)"}
-    paths = [str(path) for path in files.held_out]
+    paths = [str(path) for path in held_out]
     metrics: dict = {"held_out": len(job.held_out_records)}
     base = job.base_version
     versions = {"new": new_version} | ({"base": base} if base is not None else {})
@@ -31,8 +31,7 @@ def compare(job, new_version, files: snapshot.Snapshot) -> dict:
         return metrics
     examples = snapshot.held_out_examples(job)
     inputs = [example[1] for example in examples]
-    before = tooling.predict_batch(base, inputs)
-    after = tooling.predict_batch(new_version, inputs)
+    before, after = _predict(base, inputs), _predict(new_version, inputs)
     changed = []
     for (item_id, _, target), old, new in zip(examples, before, after, strict=True):
         old_answer, new_answer = answer_of(old["receipt"]), answer_of(new["receipt"])
@@ -52,7 +51,7 @@ def compare(job, new_version, files: snapshot.Snapshot) -> dict:
     return metrics
 
 
-def refit_calibration(job, tool, files: snapshot.Snapshot) -> dict | None:
+def refit_calibration(job, tool) -> dict | None:
     """Refit an Investigator verifier's calibration on the held-out pairs (new weights make the old one stale).
 
     Returns the fit report, or None when the project is not an Investigator verifier or nothing is held out.
@@ -63,6 +62,16 @@ def refit_calibration(job, tool, files: snapshot.Snapshot) -> dict | None:
     examples = snapshot.held_out_examples(job)
     report = tool.calibrate_verifier([example[1] for example in examples], [example[2] for example in examples])
     return _json_safe(report)
+
+
+def _predict(version, inputs: list) -> list[dict]:
+    """Receipts and confidences, without the trace summaries the item pages need (cheaper)."""
+    from annotate import tooling
+    from tensorcode import tools
+
+    tool = tooling.load_version(version)
+    receipts = [tooling.to_json(receipt) for receipt in tools.predict(tool, version.mode, inputs)]
+    return [{"receipt": receipt, "confidence": tooling.confidence_of(receipt)} for receipt in receipts]
 
 
 def answer_of(receipt: dict):

@@ -38,11 +38,11 @@ def train(job_id: int, owner: str) -> str:
     reporter = None
     try:
         base = _base_version(job)
-        files = snapshot.ensure(job, base)
+        files = snapshot.ensure(job, base, "train")
         tool = _base_tool(base)
         device = _device(job.device)
-        _note(job.pk, owner, device_used=device, total_steps=job.epochs * len(files.train),
-              log=f"training {len(files.train)} minibatches x {job.epochs} epochs on {device}")
+        _note(job.pk, owner, device_used=device, total_steps=job.epochs * len(files),
+              log=f"training {len(files)} minibatches x {job.epochs} epochs on {device}")
         reporter = _Reporter(job.pk, owner)
         result = _run(job, tool, files, device, reporter)
         if reporter.stalled:
@@ -53,7 +53,7 @@ def train(job_id: int, owner: str) -> str:
         if not result.completed:
             lease.release(job.pk, owner, JobState.CANCELLED, log=f"cancelled at step {reporter.step}; checkpoint kept")
             return "cancelled"
-        _finish(job.pk, owner, tool, files)
+        _finish(job.pk, owner, tool)
         return "succeeded"
     except LeaseLost as exc:
         logger.info("job %s: %s", job_id, exc)
@@ -69,7 +69,7 @@ def train(job_id: int, owner: str) -> str:
         raise
 
 
-def _run(job: TrainingJob, tool, files, device: str, reporter: _Reporter):
+def _run(job: TrainingJob, tool, files: list, device: str, reporter: _Reporter):
     from tensorcode import training
 
     checkpoint = job.checkpoint_dir
@@ -79,7 +79,7 @@ def _run(job: TrainingJob, tool, files, device: str, reporter: _Reporter):
     try:
         return training.run(
             tool,
-            [str(path) for path in files.train],
+            [str(path) for path in files],
             epochs=job.epochs,
             checkpoint_dir=str(checkpoint),
             interval=job.checkpoint_interval,
@@ -216,17 +216,18 @@ def _device(preference: str) -> str:
     return preference
 
 
-def _finish(job_id: int, owner: str, tool, files) -> None:
+def _finish(job_id: int, owner: str, tool) -> None:
     """Publish the trained tool as a new model version and evaluate base and new on the held-out records."""
     from trainingjobs import evaluation
 
     job = TrainingJob.objects.select_related("project", "base_version").get(pk=job_id)
     tool = tool.to("cpu").eval()
-    calibration = evaluation.refit_calibration(job, tool, files)
+    calibration = evaluation.refit_calibration(job, tool)
     version = _result_version(job, owner)
     if not version.is_materialized:
         tool.save_pretrained(version.path)
-    metrics = evaluation.compare(job, version, files)
+    held_out = snapshot.ensure(job, version, "held_out") if job.held_out_records else []
+    metrics = evaluation.compare(job, version, held_out)
     if calibration:
         metrics["calibration"] = calibration
     with transaction.atomic():

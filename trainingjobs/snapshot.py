@@ -2,8 +2,9 @@
 
 Launching records which reviewed answers the job uses by the ids of their current revisions (revisions are
 never changed), split into training and held-out records by item. The worker then captures those records with
-the base version's trainer into `jobs/<id>/data/` (one experience file per minibatch, as an export does), so
-labels given or edited after launch never change a job, and a job can be re-run exactly.
+a version's trainer into `jobs/<id>/data/train/` and `jobs/<id>/data/held_out/` (one experience file per
+minibatch, as an export does; the held-out part only once training is done, so that it does not delay the
+first step), so labels given or edited after launch never change a job, and a job can be re-run exactly.
 """
 
 from __future__ import annotations
@@ -14,21 +15,11 @@ import os
 import random
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from django.db.models import Max
 
 MANIFEST = "manifest.json"
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The experience files of a job, and the held-out items (for the predictions that changed)."""
-
-    train: list[Path]
-    held_out: list[Path]
-    held_out_items: list[int]
 
 
 def select_records(project, filters: dict | None = None):
@@ -73,17 +64,15 @@ def split(records, held_out_fraction: float, seed: int) -> tuple[list[int], list
     return train, held_out
 
 
-def ensure(job, base_version) -> Snapshot:
-    """The job's experience files, captured on first use with `base_version`'s trainer (then only read)."""
-    root = job.directory / "data"
+def ensure(job, version, part: str) -> list[Path]:
+    """The experience files of `part` ("train" | "held_out"), captured on first use with `version`'s trainer.
+
+    Capturing records inputs and targets, not weights, so any version of the job's configuration will do.
+    """
+    root = job.directory / "data" / part
     if not (root / MANIFEST).is_file():
-        _write(job, base_version, root)
-    manifest = json.loads((root / MANIFEST).read_text())
-    return Snapshot(
-        train=[root / name for name in manifest["train"]],
-        held_out=[root / name for name in manifest["held_out"]],
-        held_out_items=list(manifest["held_out_items"]),
-    )
+        _write(job, version, part, root)
+    return [root / name for name in json.loads((root / MANIFEST).read_text())["files"]]
 
 
 def held_out_examples(job) -> list[tuple[int, object, object]]:
@@ -91,40 +80,38 @@ def held_out_examples(job) -> list[tuple[int, object, object]]:
     return [(r.answer.item_id, r.answer.item.inputs, r.target) for r in _records(job.held_out_records)]
 
 
-def _write(job, version, root: Path) -> None:
+def _write(job, version, part: str, root: Path) -> None:
     from annotate import tooling
     from trainingjobs.runner import JobFailed
 
-    if not job.train_records:
+    ids = job.train_records if part == "train" else job.held_out_records
+    if part == "train" and not ids:
         raise JobFailed("the job has no reviewed records to train on; review items first, then launch again")
+    records = _records(ids)
+    if len(records) != len(ids):
+        raise JobFailed(f"{len(ids) - len(records)} of the job's frozen {part} records no longer exist")
     trainer = tooling.trainer_for(version)
     root.parent.mkdir(parents=True, exist_ok=True)
     # Written into a temporary sibling and published by renaming, so a crash never leaves a partial snapshot.
-    staging = Path(tempfile.mkdtemp(dir=root.parent, prefix=".data-"))
+    staging = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{part}-"))
     try:
-        manifest = {"train": [], "held_out": [], "held_out_items": []}
-        for part, ids in (("train", job.train_records), ("held_out", job.held_out_records)):
-            records = _records(ids)
-            if len(records) != len(ids):
-                raise JobFailed(f"{len(ids) - len(records)} of the job's frozen {part} records no longer exist")
-            for index in range(0, len(records), job.minibatch_size):
-                batch = records[index : index + job.minibatch_size]
-                name = f"{part}-{index // job.minibatch_size:05d}.json"
-                try:
-                    tooling.capture_experience(
-                        trainer,
-                        job.project.mode,
-                        [r.answer.item.inputs for r in batch],
-                        [r.target for r in batch],
-                        [r.answer.source for r in batch],
-                        staging / name,
-                    )
-                except ValueError as exc:
-                    raise JobFailed(f"cannot capture {part} records {batch[0].pk}..{batch[-1].pk}: {exc}") from exc
-                manifest[part].append(name)
-            if part == "held_out":
-                manifest["held_out_items"] = [r.answer.item_id for r in records]
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        names = []
+        for index in range(0, len(records), job.minibatch_size):
+            batch = records[index : index + job.minibatch_size]
+            name = f"{part}-{index // job.minibatch_size:05d}.json"
+            try:
+                tooling.capture_experience(
+                    trainer,
+                    job.project.mode,
+                    [r.answer.item.inputs for r in batch],
+                    [r.target for r in batch],
+                    [r.answer.source for r in batch],
+                    staging / name,
+                )
+            except ValueError as exc:
+                raise JobFailed(f"cannot capture {part} records {batch[0].pk}..{batch[-1].pk}: {exc}") from exc
+            names.append(name)
+        (staging / MANIFEST).write_text(json.dumps({"files": names, "records": ids}, indent=1))
         os.replace(staging, root)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
