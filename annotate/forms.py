@@ -139,6 +139,10 @@ class ExportForm(forms.Form):
     since = forms.DateField(
         required=False, label="Answered on or after", widget=forms.DateInput(attrs={"type": "date"})
     )
+    confidence_min = forms.FloatField(required=False, min_value=0, max_value=1, label="Model confidence from",
+                                      widget=forms.NumberInput(attrs={"step": "any", "placeholder": "0"}))
+    confidence_max = forms.FloatField(required=False, min_value=0, max_value=1, label="Model confidence to",
+                                      widget=forms.NumberInput(attrs={"step": "any", "placeholder": "1"}))
 
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, **kwargs)
@@ -153,6 +157,9 @@ class ExportForm(forms.Form):
             found["reviewers"] = [data["reviewer"].get_username()]
         if data.get("since"):
             found["after"] = f"{data['since'].isoformat()}T00:00:00+00:00"
+        for key in ("confidence_min", "confidence_max"):
+            if data.get(key) is not None:
+                found[key] = data[key]
         return found
 
 

@@ -225,3 +225,20 @@ def test_admin_sees_each_reviewers_progress(client, project, project_admin, revi
 
     assert "<tr><td>rita</td><td>2</td><td>0</td><td>0</td>" in page
     assert "<tr><td>sam</td><td>0</td><td>1</td><td>0</td>" in page
+
+
+@pytest.mark.django_db
+def test_export_filters_by_confidence_and_refuses_an_impossible_range(client, project, project_admin,
+                                                                      reviewer) -> None:
+    _answer_all(ready_items(project, [0.1, 0.9]), reviewer)
+    client.force_login(project_admin)
+    url = reverse("export_create", args=[project.slug])
+
+    refused = client.post(url, {"format": "jsonl", "minibatch_size": 8, "confidence_min": 0.8,
+                                "confidence_max": 0.2}, follow=True)
+    assert "confidence_min is greater than confidence_max" in refused.content.decode()
+    assert not Export.objects.exists()
+
+    client.post(url, {"format": "jsonl", "minibatch_size": 8, "confidence_min": 0.5})
+    export = Export.objects.get()
+    assert (export.filters, export.total) == ({"confidence_min": 0.5}, 1)
