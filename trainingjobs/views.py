@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models.functions import Mod
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -121,7 +122,11 @@ def _job(request, pk: int) -> TrainingJob:
 
 
 def _status_context(job: TrainingJob) -> dict:
-    history = list(job.loss_points.values_list("step", "loss"))
+    points = job.loss_points.all()
+    every = job.step // plot.MAX_POINTS
+    if every > 1:  # a long job's page polls every second: read a sample of its steps, not all of them
+        points = points.annotate(sample=Mod("step", every)).filter(sample=0)
+    history = list(points.values_list("step", "loss"))
     return {
         "job": job,
         "project": job.project,

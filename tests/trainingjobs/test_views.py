@@ -156,3 +156,16 @@ def test_repredict_predicts_items_waiting_for_review_with_the_promoted_version(
 
     waiting.refresh_from_db()
     assert waiting.prediction.model_version_id == finished.result_version_id
+
+
+def test_a_long_jobs_curve_reads_a_sample_of_its_steps(client, admin, job) -> None:
+    from trainingjobs.models import LossPoint
+    from trainingjobs.plot import MAX_POINTS
+
+    LossPoint.objects.bulk_create(LossPoint(job=job, step=n, epoch=1, loss=1 / n) for n in range(1, 5 * MAX_POINTS))
+    TrainingJob.objects.filter(pk=job.pk).update(step=5 * MAX_POINTS - 1, total_steps=5 * MAX_POINTS)
+    client.force_login(admin)
+
+    response = client.get(reverse("trainingjobs:job", args=[job.pk]), **HTMX)
+
+    assert response.context["curve"].count <= MAX_POINTS and response.context["curve"].last_step == 5 * MAX_POINTS
