@@ -139,9 +139,9 @@ class ExportForm(forms.Form):
     since = forms.DateField(
         required=False, label="Answered on or after", widget=forms.DateInput(attrs={"type": "date"})
     )
-    confidence_min = forms.FloatField(required=False, min_value=0, max_value=1, label="Model confidence from",
+    confidence_min = forms.FloatField(required=False, min_value=0, max_value=1, label="Min. confidence",
                                       widget=forms.NumberInput(attrs={"step": "any", "placeholder": "0"}))
-    confidence_max = forms.FloatField(required=False, min_value=0, max_value=1, label="Model confidence to",
+    confidence_max = forms.FloatField(required=False, min_value=0, max_value=1, label="Max. confidence",
                                       widget=forms.NumberInput(attrs={"step": "any", "placeholder": "1"}))
 
     def __init__(self, *args, project: Project, **kwargs):
