@@ -91,6 +91,7 @@ def capture_async(op, fn, args, kwargs):
 # inside a trace, so keeping it installed leaks no state into untraced code or other threads.
 _patch_lock = threading.Lock()
 _original_call = None
+hooked = False  # whether the patch is in place (read by every trace opened)
 
 
 def _module_call(self, *args, **kwargs):
@@ -102,7 +103,7 @@ def _module_call(self, *args, **kwargs):
 
 def install_module_hook() -> None:
     """Route ``torch.nn.Module.__call__`` through the tracer: once per process, a no-op until torch is imported."""
-    global _original_call
+    global _original_call, hooked
     if _original_call is not None:
         return
     torch = sys.modules.get("torch")
@@ -113,10 +114,7 @@ def install_module_hook() -> None:
             TENSOR_TYPES.update((torch.Tensor, torch.nn.Parameter))
             _original_call = torch.nn.Module.__call__
             torch.nn.Module.__call__ = _module_call
-
-
-def module_hook_installed() -> bool:
-    return _original_call is not None
+            hooked = True
 
 
 # -- records --------------------------------------------------------------------------------------------------
@@ -152,8 +150,8 @@ class Call:
         self.index, self.op, self.kind = index, op, kind
         self.binding = None
         self.arg_tree, self.kwarg_tree = arg_tree, kwarg_tree
-        self.dependencies = tuple(sorted(deps))
-        self.roots = tuple(sorted(roots))
+        self.dependencies = tuple(sorted(deps)) if len(deps) > 1 else tuple(deps)
+        self.roots = tuple(sorted(roots)) if len(roots) > 1 else tuple(roots)
         self.status, self.error = status, error
         self._value = None
         self.recorded = None
@@ -295,7 +293,7 @@ def stamp(value):
 
     Holding the objects, not their ids, keeps a replaced element alive, so a new one cannot reuse its address.
     """
-    if is_tensor(value):
+    if type(value) in TENSOR_TYPES or is_tensor(value):
         if value.is_inference():
             data = value.detach()
             if data.device.type != "cpu":
@@ -359,7 +357,7 @@ def build(node, values: dict, roots):
     if kind is list:
         return [build(v, values, roots) for v in node]
     if kind is tuple:
-        return tuple(build(v, values, roots) for v in node)
+        return tuple([build(v, values, roots) for v in node])
     if kind is dict:
         return {k: build(v, values, roots) for k, v in node.items()}
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
