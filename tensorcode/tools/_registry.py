@@ -91,5 +91,9 @@ def predict(tool: Any, mode: str, inputs_list: list) -> list[dict]:
     if not inputs_list:
         return []
     if name == "chatbot":
-        return [tool.respond(text) for text in inputs_list]
+        # respond() answers one message; read the whole request first so limits apply to it as a batch.
+        from ._validation import read_inputs
+
+        texts = read_inputs(name, {"mode": mode, "inputs": list(inputs_list)}, tool.configuration()).items
+        return [tool.respond(text) for text in texts]
     return list(tool({"mode": mode, "inputs": list(inputs_list)}))
