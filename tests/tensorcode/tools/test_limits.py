@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cases import good
+from tool_cases import good
 
 from tensorcode import tools
 
