@@ -53,7 +53,12 @@ def tool_schema() -> dict:
         "properties": {
             "format": {"const": FORMAT},
             "version": {"const": VERSION},
-            "tool": {"enum": sorted(CONFIGS)},
+            "tool": {
+                "type": "string",
+                "minLength": 1,
+                "description": "A registered tool (" + ", ".join(sorted(CONFIGS)) + "), whose configuration "
+                "is then checked here, or the NAME of a tool class of your own.",
+            },
             "configuration": {"type": "object"},
         },
         "allOf": [
