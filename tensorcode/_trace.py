@@ -211,7 +211,7 @@ class Trace:
         """
         self.validate()
         for call in self.calls:
-            call._value = None
+            call._value = _tracing.RELEASED
         self._by_id.clear()
         self._producers.clear()
         self._stamps.clear()
@@ -226,7 +226,9 @@ class Trace:
             self.release()
 
     # -- capture engine hooks ----------------------------------------------------------------------------------
-    def _begin(self, op, args: tuple, kwargs: dict) -> _tracing.Pending:
+    def _begin(self, op, args: tuple, kwargs: dict) -> tuple:
+        """The pending call: ``(op, args, kwargs, arg_tree, kwarg_tree, deps, roots, watch)`` (a plain tuple, as
+        this runs for every captured call), with ``args``/``kwargs`` as the call receives them."""
         if self._closed:
             raise TraceError("this trace is closed: a task holding its context cannot start new captures")
         deps: set = set()
@@ -260,7 +262,7 @@ class Trace:
                     tree, real, linked = walk(value, deps, roots, watch, 0)
                     kwarg_tree[key] = tree if linked else add_root(real, roots, watch)
                     kwargs[key] = real
-        return _tracing.Pending(op, args, kwargs, tuple(arg_tree), kwarg_tree, deps, roots, watch)
+        return (op, args, kwargs, tuple(arg_tree), kwarg_tree, deps, roots, watch)
 
     def _add_root(self, value, roots, watch) -> Root:
         index = len(self._roots)
@@ -313,15 +315,15 @@ class Trace:
                 return _rebuild(value, tree), _rebuild(value, real), True
         return None, value, False
 
-    def _finish(self, pending: _tracing.Pending, result):
-        for value, stamp in pending.watch:
+    def _finish(self, pending: tuple, result):
+        for value, stamp in pending[7]:
             if stamp[0] == "version" and value._version == stamp[1]:  # the common case, without a call
                 continue
             if _tracing.changed(value, stamp):
                 with self._lock:
                     self._record(pending, FAILED, "an input was mutated while the call ran")
                 raise TraceError(
-                    f"an input of {_name(pending.op)} was mutated while the call ran; the capture is rejected"
+                    f"an input of {_name(pending[0])} was mutated while the call ran; the capture is rejected"
                 )
         with self._lock:
             call = self._record(pending, OK)
@@ -336,13 +338,13 @@ class Trace:
                 self._register(result, call.index, (), 0)
         return result
 
-    def _fail(self, pending: _tracing.Pending, exc: BaseException) -> None:
+    def _fail(self, pending: tuple, exc: BaseException) -> None:
         status = CANCELLED if isinstance(exc, asyncio.CancelledError) else FAILED
         with self._lock:
             self._record(pending, status, f"{type(exc).__name__}: {exc}")
 
-    def _record(self, pending, status, error=None) -> Call:
-        op = pending.op
+    def _record(self, pending: tuple, status, error=None) -> Call:
+        op, _, _, arg_tree, kwarg_tree, deps, roots, _ = pending
         if isinstance(op, Operation):
             kind = op.kind
         else:  # a module: pure unless marked ``tensorcode_external = True`` (a remote model behind a module facade)
@@ -350,8 +352,7 @@ class Trace:
             # (slowly) for a missing attribute.
             marked = op.__dict__.get("tensorcode_external", getattr(type(op), "tensorcode_external", False))
             kind = EXTERNAL if marked else PURE
-        p = pending
-        call = Call(self, len(self.calls), op, kind, p.arg_tree, p.kwarg_tree, p.deps, p.roots, status, error)
+        call = Call(self, len(self.calls), op, kind, arg_tree, kwarg_tree, deps, roots, status, error)
         self.calls.append(call)
         return call
 
