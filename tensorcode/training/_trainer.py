@@ -209,9 +209,10 @@ class Trainer:
         # gradients (an embedding with sparse=True) are checked through their stored values.
         sums = [(g._values() if g.is_sparse else g).sum() for g in grads]
         device = sums[0].device
-        if len(sums) > 1 and any(t.device != device for t in sums):
-            sums = [t.to(device) for t in sums]
-        total = (torch.stack(sums).sum() if len(sums) > 1 else sums[0]).item()
+        if device.type == "cpu" and all(t.device == device for t in sums):
+            total = sum(t.item() for t in sums)  # reading CPU scalars costs less than stacking them
+        else:  # one transfer from an accelerator, not one per parameter
+            total = torch.stack([t.to(device) for t in sums]).sum().item()
         if not math.isfinite(total) and not all(
             bool(torch.isfinite(g._values() if g.is_sparse else g).all()) for g in grads
         ):

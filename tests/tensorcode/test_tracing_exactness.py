@@ -459,3 +459,13 @@ def test_exiting_from_a_copy_of_the_entering_context_leaves_that_copy_usable():
     finally:
         session.__exit__(None, None, None)  # the entering context can still leave it
     assert tensorcode._tracing.current_session() is None
+
+
+def test_a_thread_started_inside_a_trace_runs_outside_it():
+    lin = nn.Linear(2, 2)
+    outcome = []
+    with trace() as session:
+        worker = threading.Thread(target=lambda: outcome.append((lin(torch.ones(1, 2)), double(torch.ones(2)))))
+        worker.start()
+        worker.join(TIMEOUT)
+    assert len(outcome) == 1 and session.calls == []
