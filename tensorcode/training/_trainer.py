@@ -160,11 +160,18 @@ class Trainer:
         _checkpoint.save_checkpoint(self, directory, progress)
         self._progress = progress  # only once the checkpoint that records it exists
 
-    def load_checkpoint(self, path: str | os.PathLike) -> dict:
-        """Restore a checkpoint (all or nothing) and return its progress mapping."""
+    def load_checkpoint(
+        self, path: str | os.PathLike, *, max_bytes: int | None = None, max_manifest_bytes: int | None = None
+    ) -> dict:
+        """Restore a checkpoint (all or nothing) and return its progress mapping.
+
+        ``max_bytes`` and ``max_manifest_bytes`` raise the limits on untrusted files (README, "Loading untrusted
+        files"): by default the tensors may be what this trainer's state can need and ``training.json`` 64 MiB.
+        """
         from . import _checkpoint
 
-        return _checkpoint.load_checkpoint(self, path)
+        limits = {} if max_manifest_bytes is None else {"max_manifest_bytes": max_manifest_bytes}
+        return _checkpoint.load_checkpoint(self, path, max_bytes=max_bytes, **limits)
 
     # -- internals ---------------------------------------------------------------------------------------------
     def _adapt(self, value):
