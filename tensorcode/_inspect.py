@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ._codec import lift_payloads
+from .receipts import fingerprint
 
 _ITEM_BYTES = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
@@ -47,14 +48,6 @@ def summarize(path: Path) -> dict:
         return experience(path)
     directory = path if path.is_dir() else path.parent
     return checkpoint(directory) if kind == "checkpoint" else tool(directory)
-
-
-def fingerprint(tool: str, configuration: Any) -> str:
-    """``"<tool>:<16 hex digits>"`` of a tool's name and configuration, as receipts name their model."""
-    canonical = json.dumps(
-        {"tool": tool, "configuration": configuration}, sort_keys=True, allow_nan=False, separators=(",", ":")
-    )
-    return f"{tool}:{hashlib.sha256(canonical.encode('utf-8')).hexdigest()[:16]}"
 
 
 # -- experience files ------------------------------------------------------------------------------------------

@@ -207,3 +207,16 @@ def test_installed_script_trains_from_another_folder(workspace, tmp_path):
     evaluate = subprocess.run([script, "evaluate", "trained", str(workspace / "experiences")], cwd=elsewhere,
                               env=env, capture_output=True, text=True, timeout=300)
     assert evaluate.returncode == 0 and evaluate.stdout.startswith("top1 "), evaluate.stderr
+
+    # The README's worked example, as written, from a fresh folder, with this environment's commands on PATH.
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Training offline"):]
+    section = section[: section.index("\n## ", 1)]
+    install, example = (block.split("\n```")[0] for block in section.split("```sh\n")[1:3])
+    assert install.strip() == 'pip install ".[tools]"'
+    folder = tmp_path / "readme"
+    folder.mkdir()
+    shell = subprocess.run(["bash", "-e", "-c", example], cwd=folder, capture_output=True, text=True, timeout=600,
+                           env={**env, "PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}"})
+    assert shell.returncode == 0, shell.stderr
+    assert "trained decision: 120 steps" in shell.stdout and "top1 " in shell.stdout
