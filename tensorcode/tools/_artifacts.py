@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._files import open_regular, read_exactly
 from ..errors import ToolError
 
 FORMAT = "tensorcode-tool"
@@ -110,14 +111,11 @@ def tool_directory(directory: str | os.PathLike) -> Path:
 def read_file(directory: Path, name: str, limit: int) -> bytes:
     """The bytes of ``directory/name``: a regular file inside ``directory``, at most ``limit`` bytes."""
     path = inside(directory, name)
-    with open_regular(path) as handle:
-        size = os.fstat(handle.fileno()).st_size
+    handle, size = open_regular(path, error=ToolError, what=name)
+    with handle:
         if size > limit:
             raise ToolError(f"{path}: {size} bytes, over the {limit}-byte limit for this file")
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise ToolError(f"{path}: over the {limit}-byte limit for this file")
-    return data
+        return read_exactly(handle, size, path, error=ToolError, what=name)
 
 
 def inside(directory: Path, name: str) -> Path:
@@ -131,21 +129,6 @@ def inside(directory: Path, name: str) -> Path:
     if target.parent != root and root not in target.parents:
         raise ToolError(f"{path}: a symbolic link leading outside {directory} is refused")
     return target
-
-
-def open_regular(path: Path):
-    """Open ``path`` for reading only if it is a regular file; a pipe or device is refused without blocking."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as exc:
-        raise ToolError(f"{path}: cannot read: {exc}") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ToolError(f"{path}: not a regular file (pipes, devices and directories are refused)")
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def parse_json(data: bytes, where: Path) -> Any:
@@ -187,8 +170,8 @@ def read_weights(directory: Path, expected: dict[str, tuple[str, tuple[int, ...]
     section, each as long as its shape and dtype require.
     """
     path = inside(directory, WEIGHTS)
-    with open_regular(path) as handle:
-        size = os.fstat(handle.fileno()).st_size
+    handle, size = open_regular(path, error=ToolError, what=WEIGHTS)
+    with handle:
         prefix = handle.read(8)
         if len(prefix) < 8:
             raise ToolError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
@@ -210,7 +193,7 @@ def read_weights(directory: Path, expected: dict[str, tuple[str, tuple[int, ...]
         if size != 8 + length + data:
             raise ToolError(f"{path}: the file is {size} bytes; its header describes {8 + length + data}")
         handle.seek(0)
-        return handle.read(size), header
+        return read_exactly(handle, size, path, error=ToolError, what=WEIGHTS), header
 
 
 def _header(document: Any, path: Path) -> dict[str, TensorEntry]:

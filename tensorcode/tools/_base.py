@@ -21,7 +21,7 @@ from ..errors import ToolError
 from ._artifacts import MANIFEST, WEIGHTS, manifest_text, read_manifest, read_weights, tool_directory
 from ._configuration import Configuration
 from ._protocol import CapturePlan
-from ._registry import _CLASSES
+from ._registry import REGISTERED
 
 __all__ = ["CapturePlan", "Tool"]
 
@@ -49,7 +49,7 @@ class Tool(nn.Module):
         super().__init_subclass__(**kwargs)
         # The registered tools are fingerprinted by name, never by module path; other subclasses (a user's own
         # tool, or a subclass of a registered one) keep their qualified class name.
-        registered = _CLASSES.get(cls.NAME)
+        registered = REGISTERED.get(cls.NAME)
         package, _, module = cls.__module__.rpartition(".")
         if registered == (module, cls.__qualname__) and package == __package__:
             cls.FINGERPRINT_TYPE = f"tool:{cls.NAME}"

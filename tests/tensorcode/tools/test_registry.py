@@ -162,3 +162,22 @@ def test_what_users_subclass_catch_or_annotate_with_is_exported():
 @pytest.mark.parametrize("name", tools.names())
 def test_every_tool_satisfies_the_trainer_protocol(name):
     assert isinstance(tools.create(name), tools.TrainableTool)
+
+
+def test_fingerprints_name_the_registered_tool_and_still_tell_tools_apart():
+    from tensorcode._fingerprint import describe, difference
+
+    decision = describe(tools.create("decision")._objective_op)
+    planner = describe(tools.create("planner")._objective_op)
+    assert decision["type"] == "tool-objective" and decision["configuration"]["tool"] == "tool:decision"
+    assert difference(decision, planner) is not None
+    assert describe(tools.create("decision"))["type"] == "tool:decision"
+
+
+def test_a_subclass_of_a_registered_tool_keeps_its_own_type_name():
+    from tensorcode._fingerprint import describe
+
+    class MyDecision(tools.get("decision")):
+        pass
+
+    assert describe(MyDecision())["type"].endswith("MyDecision")
