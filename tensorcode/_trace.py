@@ -65,9 +65,13 @@ class Trace:
         return self
 
     def __exit__(self, *exc_info) -> None:
+        if self._token is None:
+            raise TraceError("this trace was never entered; use it as `with trace() as session: ...`")
         self._closed = True
         try:
             _tracing.STATE.reset(self._token)
+        except RuntimeError as exc:  # the token was used: this context already left the trace
+            raise TraceError("this trace has already been exited") from exc
         except ValueError as exc:  # the token belongs to another context: another task or thread entered it
             state = _tracing.STATE.get()
             if state is not None and state[0] is self:  # a copy of the entering context: leave the trace here

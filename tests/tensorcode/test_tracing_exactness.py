@@ -469,3 +469,14 @@ def test_a_thread_started_inside_a_trace_runs_outside_it():
         worker.start()
         worker.join(TIMEOUT)
     assert len(outcome) == 1 and session.calls == []
+
+
+def test_exiting_twice_or_without_entering_is_the_documented_error():
+    session = trace()
+    with pytest.raises(TraceError, match="never entered"):
+        session.__exit__(None, None, None)
+    with session:
+        pass
+    with pytest.raises(TraceError, match="already been exited"):
+        session.__exit__(None, None, None)
+    assert tensorcode._tracing.current_session() is None
