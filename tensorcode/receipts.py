@@ -130,18 +130,7 @@ def ranking(tool: str, mode: str, model: str, candidates: Sequence[dict], scores
     Probabilities are the softmax of the scores; the highest score is selected (the first on a tie), and its
     probability is the confidence.
     """
-    values = _numbers(scores, "score")
-    probabilities = _softmax(values)
-    selected = max(range(len(values)), key=values.__getitem__)
-    return {
-        **_header("ranking", tool, mode, model, probabilities[selected], attention[selected]),
-        "selected_id": candidates[selected]["id"],
-        "selected_index": selected,
-        "candidates": [
-            {"id": c["id"], "text": c["text"], "score": s, "probability": p, "attention": a}
-            for c, s, p, a in zip(candidates, values, probabilities, attention, strict=True)
-        ],
-    }
+    return _ranked("ranking", tool, mode, model, candidates, _numbers(scores, "score"), attention)
 
 
 def outcome(tool: str, mode: str, model: str, candidates: Sequence[dict], outcomes: Sequence[float],
@@ -151,12 +140,11 @@ def outcome(tool: str, mode: str, model: str, candidates: Sequence[dict], outcom
         raise ValueError(f"prefer: expected 'max' or 'min', got {prefer!r}")
     values = _numbers(outcomes, "outcome")
     sign = 1.0 if prefer == "max" else -1.0
-    receipt = ranking(tool, mode, model, candidates, [sign * v for v in values], attention)
-    receipt["kind"] = "outcome"
+    receipt = _ranked("outcome", tool, mode, model, candidates, [sign * v for v in values], attention)
     receipt["prefer"] = prefer
     for entry, value in zip(receipt["candidates"], values, strict=True):
         entry["outcome"] = value
-    return _ordered(receipt)
+    return {key: receipt[key] for key in KEYS["outcome"]}
 
 
 def classification(tool: str, mode: str, model: str, labels: Sequence[str], scores: Sequence[float],
@@ -279,8 +267,19 @@ def _header(kind: str, tool: str, mode: str, model: str, confidence: float, atte
     }
 
 
-def _ordered(receipt: dict) -> dict:
-    return {key: receipt[key] for key in KEYS[receipt["kind"]]}
+def _ranked(kind: str, tool: str, mode: str, model: str, candidates: Sequence[dict], values: list[float],
+            attention: Sequence[dict | None]) -> dict:
+    probabilities = _softmax(values)
+    selected = max(range(len(values)), key=values.__getitem__)
+    return {
+        **_header(kind, tool, mode, model, probabilities[selected], attention[selected]),
+        "selected_id": candidates[selected]["id"],
+        "selected_index": selected,
+        "candidates": [
+            {"id": c["id"], "text": c["text"], "score": s, "probability": p, "attention": a}
+            for c, s, p, a in zip(candidates, values, probabilities, attention, strict=True)
+        ],
+    }
 
 
 def _exact_keys(value: Any, keys: Sequence[str], field: str) -> None:

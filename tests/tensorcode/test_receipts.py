@@ -155,3 +155,8 @@ def test_check_refuses_attention_of_an_unknown_structure_or_grid():
     ranking["candidates"][0]["attention"]["sources"][0]["spans"][0]["text"] = "Disk"
     with pytest.raises(ValueError, match=r"candidates\[0\].attention.sources\[0\].spans\[0\]"):
         receipts.check(ranking)
+
+
+def test_the_receipt_schema_is_a_valid_2020_12_schema():
+    assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)

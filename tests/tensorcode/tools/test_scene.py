@@ -375,7 +375,7 @@ def test_attention_lands_on_the_shape_after_training_for_every_seed():
     """The heat map is where the model looked: the shape's cells (about a quarter of the image, and about a
     quarter of an untrained model's attention) carry most of the selected candidate's weight once trained."""
     rng = torch.Generator().manual_seed(7)
-    train = [_ranking_example(rng, i) for i in range(384)]
+    train = [_ranking_example(rng, i) for i in range(256)]
     held_out = [_ranking_example(rng, i, with_mask=True) for i in range(100)]
     for seed in (0, 1, 2):
         tool = Scene(seed=seed)
