@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 CHILD = r"""
-import json, os, resource, sys, time
+import json, os, sys, time
 sys.path.insert(0, {root!r})
 import torch
 torch.set_num_threads(1)
@@ -60,7 +60,9 @@ else:
     except ExperienceError as exc:
         outcome = "refused: " + str(exc).split(": ", 1)[-1][:70]
 seconds = time.perf_counter() - start
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the parent across fork and exec.
+with open("/proc/self/status") as handle:
+    peak = next(int(line.split()[1]) * 1024 for line in handle if line.startswith("VmHWM:"))
 print(json.dumps({{"seconds": seconds, "memory": max(0, peak - before), "outcome": outcome}}))
 """
 
