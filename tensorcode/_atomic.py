@@ -8,7 +8,8 @@ A process killed mid-save (an OOM kill, a worker restart) cannot clean up, so ev
 temporary files earlier saves to the same destination left. A writer holds an ``flock`` on its temporary file
 from before its first byte until after the rename; the kernel drops the lock when the writer dies, so a
 temporary file that is unlocked and not empty is abandoned for certain. An empty unlocked one may belong to a
-writer between creating and locking it, so it is reclaimed only once it is an hour old (it holds no space).
+writer between creating and locking it, so it is reclaimed only once it is a minute old (it holds no space).
+A caller that excludes other writers itself (a checkpoint directory's lock) passes ``grace=0``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no flock, so nothing is reclaimed
     fcntl = None
 
-_EMPTY_GRACE_SECONDS = 3600
+_EMPTY_GRACE_SECONDS = 60
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str | Iterable[bytes]) -> None:
@@ -51,8 +52,11 @@ def write_atomic(path: str | os.PathLike, data: bytes | str | Iterable[bytes]) -
         raise
 
 
-def reclaim_temporaries(directory: str | os.PathLike, prefix: str) -> int:
-    """Remove abandoned ``<prefix><32 hex>.tmp`` files (``prefix`` a regex) in ``directory``; returns how many."""
+def reclaim_temporaries(directory: str | os.PathLike, prefix: str, *, grace: float = _EMPTY_GRACE_SECONDS) -> int:
+    """Remove abandoned ``<prefix><32 hex>.tmp`` files (``prefix`` a regex) in ``directory``; returns how many.
+
+    An unlocked empty file younger than ``grace`` seconds is left: its writer may not have locked it yet.
+    """
     if fcntl is None:
         return 0
     pattern = re.compile(f"{prefix}[0-9a-f]{{32}}\\.tmp")
@@ -62,11 +66,11 @@ def reclaim_temporaries(directory: str | os.PathLike, prefix: str) -> int:
     except OSError:
         return 0
     for name in entries:
-        removed += _reclaim(Path(directory) / name)
+        removed += _reclaim(Path(directory) / name, grace)
     return removed
 
 
-def _reclaim(path: Path) -> int:
+def _reclaim(path: Path, grace: float) -> int:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
@@ -77,7 +81,7 @@ def _reclaim(path: Path) -> int:
         except OSError:
             return 0  # a live writer holds it
         info = os.fstat(fd)
-        if info.st_size == 0 and time.time() - info.st_mtime < _EMPTY_GRACE_SECONDS:
+        if info.st_size == 0 and time.time() - info.st_mtime < grace:
             return 0
         try:
             if os.stat(path, follow_symlinks=False).st_ino != info.st_ino:

@@ -262,9 +262,13 @@ def decode_tensor(data: dict, where: str, payloads: list | None = None):
 
 def _finite(tensor) -> bool:
     # NaN and infinity propagate through a sum, so a finite sum proves every element finite; only a sum that
-    # overflows needs the elementwise check, which costs many times more on a large tensor.
+    # overflows needs the elementwise check, which costs many times more on a large tensor. That check runs in
+    # slices: ``isfinite`` of a whole tensor allocates temporaries as large as it.
     torch = sys.modules["torch"]
-    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
+    if bool(torch.isfinite(tensor.sum())):
+        return True
+    flat = tensor.reshape(-1)
+    return all(bool(torch.isfinite(flat[i:i + 2**20]).all()) for i in range(0, flat.numel(), 2**20))
 
 
 def lift_payloads(raw: bytes) -> tuple[bytes, list]:

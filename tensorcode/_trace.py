@@ -58,15 +58,20 @@ class Trace:
         if self._entered:
             raise TraceError("a trace can be entered only once; open a new one with trace()")
         self._entered = True
-        _tracing.install_module_hook()
+        if not _tracing.hooked:
+            _tracing.install_module_hook()
         self._outer = _tracing.STATE.get()
         self._token = _tracing.STATE.set((self, 0))
         return self
 
     def __exit__(self, *exc_info) -> None:
+        if self._token is None:
+            raise TraceError("this trace was never entered; use it as `with trace() as session: ...`")
         self._closed = True
         try:
             _tracing.STATE.reset(self._token)
+        except RuntimeError as exc:  # the token was used: this context already left the trace
+            raise TraceError("this trace has already been exited") from exc
         except ValueError as exc:  # the token belongs to another context: another task or thread entered it
             state = _tracing.STATE.get()
             if state is not None and state[0] is self:  # a copy of the entering context: leave the trace here
@@ -210,7 +215,7 @@ class Trace:
         """
         self.validate()
         for call in self.calls:
-            call._value = None
+            call._value = _tracing.RELEASED
         self._by_id.clear()
         self._producers.clear()
         self._stamps.clear()
@@ -225,33 +230,54 @@ class Trace:
             self.release()
 
     # -- capture engine hooks ----------------------------------------------------------------------------------
-    def _begin(self, op, args: tuple, kwargs: dict) -> _tracing.Pending:
+    def _begin(self, op, args: tuple, kwargs: dict) -> tuple:
+        """The pending call: ``(op, args, kwargs, arg_tree, kwarg_tree, deps, roots, watch)`` (a plain tuple, as
+        this runs for every captured call), with ``args``/``kwargs`` as the call receives them."""
         if self._closed:
             raise TraceError("this trace is closed: a task holding its context cannot start new captures")
         deps: set = set()
         roots: set = set()
         watch: list = []
-        walk, add_root = self._walk, self._add_root
-        arg_tree, real_args = [], []
+        walk, add_root, by_id, tensor_types = self._walk, self._add_root, self._by_id, _tracing.TENSOR_TYPES
+        stored = self._roots
+        arg_tree = []
         with self._lock:
             for value in args:  # one node per argument: an unlinked argument is one root
+                if (
+                    type(value) in tensor_types
+                    and id(value) not in by_id
+                    and not value.requires_grad
+                    and not value.is_inference()
+                ):  # the common case, inline: an external tensor with no graph to detach from
+                    index = len(stored)
+                    stored.append(value.clone())
+                    roots.add(index)
+                    watch.append((value, ("version", value._version)))
+                    arg_tree.append(Root(index))
+                    continue
                 tree, real, linked = walk(value, deps, roots, watch, 0)
                 arg_tree.append(tree if linked else add_root(real, roots, watch))
-                real_args.append(real)
-            kwarg_tree, real_kwargs = {}, {}
-            for key, value in kwargs.items():
-                tree, real, linked = walk(value, deps, roots, watch, 0)
-                kwarg_tree[key] = tree if linked else add_root(real, roots, watch)
-                real_kwargs[key] = real
-        return _tracing.Pending(op, real_args, real_kwargs, tuple(arg_tree), kwarg_tree, deps, roots, watch)
+                if real is not value:
+                    args = (*args[: len(arg_tree) - 1], real, *args[len(arg_tree) :])
+            kwarg_tree = {}
+            if kwargs:
+                kwargs = dict(kwargs)
+                for key, value in kwargs.items():
+                    tree, real, linked = walk(value, deps, roots, watch, 0)
+                    kwarg_tree[key] = tree if linked else add_root(real, roots, watch)
+                    kwargs[key] = real
+        return (op, args, kwargs, tuple(arg_tree), kwarg_tree, deps, roots, watch)
 
     def _add_root(self, value, roots, watch) -> Root:
         index = len(self._roots)
-        self._roots.append(_tracing.snapshot(value))
         roots.add(index)
         if type(value) in _tracing.TENSOR_TYPES:
+            # As snapshot() does, without its dispatch: a tensor that needs no grad has no graph to detach from.
+            self._roots.append(value.detach().clone() if value.requires_grad else value.clone())
             watch.append((value, _tracing.stamp(value)))
-        elif type(value) not in _tracing.LEAF_TYPES:  # a container root (context): its structure and tensors too
+            return Root(index)
+        self._roots.append(_tracing.snapshot(value))
+        if type(value) not in _tracing.LEAF_TYPES:  # a container root (context): its structure and tensors too
             _tracing.watch(value, watch)
         return Root(index)
 
@@ -293,41 +319,44 @@ class Trace:
                 return _rebuild(value, tree), _rebuild(value, real), True
         return None, value, False
 
-    def _finish(self, pending: _tracing.Pending, result):
-        for value, stamp in pending.watch:
+    def _finish(self, pending: tuple, result):
+        for value, stamp in pending[7]:
+            if stamp[0] == "version" and value._version == stamp[1]:  # the common case, without a call
+                continue
             if _tracing.changed(value, stamp):
-                self._record(pending, FAILED, "an input was mutated while the call ran")
+                with self._lock:
+                    self._record(pending, FAILED, "an input was mutated while the call ran")
                 raise TraceError(
-                    f"an input of {_name(pending.op)} was mutated while the call ran; the capture is rejected"
+                    f"an input of {_name(pending[0])} was mutated while the call ran; the capture is rejected"
                 )
         with self._lock:
             call = self._record(pending, OK)
             call._value = result
             if call.kind == EXTERNAL:
                 call.recorded = _detached(result)
-            self._register(result, call.index, (), 0)
+            key = id(result)
+            if type(result) in _tracing.TENSOR_TYPES and key not in self._by_id and not result.is_inference():
+                self._by_id[key] = (call.index, ())  # the common case, inline: a fresh tensor
+                self._stamps[call.index] = [(result, ("version", result._version))]
+            else:
+                self._register(result, call.index, (), 0)
         return result
 
-    def _fail(self, pending: _tracing.Pending, exc: BaseException) -> None:
+    def _fail(self, pending: tuple, exc: BaseException) -> None:
         status = CANCELLED if isinstance(exc, asyncio.CancelledError) else FAILED
         with self._lock:
             self._record(pending, status, f"{type(exc).__name__}: {exc}")
 
-    def _record(self, pending, status, error=None) -> Call:
-        op = pending.op
-        kind = op.kind if type(op) is Operation or isinstance(op, Operation) else _module_kind(op)
-        call = Call(
-            self,
-            len(self.calls),
-            op,
-            kind,
-            pending.arg_tree,
-            pending.kwarg_tree,
-            pending.deps,
-            pending.roots,
-            status,
-            error,
-        )
+    def _record(self, pending: tuple, status, error=None) -> Call:
+        op, _, _, arg_tree, kwarg_tree, deps, roots, _ = pending
+        if isinstance(op, Operation):
+            kind = op.kind
+        else:  # a module: pure unless marked ``tensorcode_external = True`` (a remote model behind a module facade)
+            # Read the instance and class dictionaries: getattr would go through Module.__getattr__, which raises
+            # (slowly) for a missing attribute.
+            marked = op.__dict__.get("tensorcode_external", getattr(type(op), "tensorcode_external", False))
+            kind = EXTERNAL if marked else PURE
+        call = Call(self, len(self.calls), op, kind, arg_tree, kwarg_tree, deps, roots, status, error)
         self.calls.append(call)
         return call
 
@@ -469,7 +498,7 @@ def evaluate(
                 values[i] = adapt(recorded) if adapt is not None else recorded
             else:
                 args = build(call.arg_tree, values, roots)
-                kwargs = build(call.kwarg_tree, values, roots)
+                kwargs = build(call.kwarg_tree, values, roots) if call.kwarg_tree else {}
                 values[i] = _invoke(call.op, args, kwargs)
             for d in call.dependencies:
                 uses[d] -= 1
@@ -490,14 +519,6 @@ def restored_trace(roots: list) -> Trace:
     session._closed = session._entered = session._released = True
     session._roots = roots
     return session
-
-
-def _module_kind(module) -> str:
-    """Modules are pure unless marked ``tensorcode_external = True`` (a remote model behind a module facade)."""
-    # Read the instance and class dictionaries: getattr would go through Module.__getattr__, which raises (slowly)
-    # for a missing attribute.
-    marked = module.__dict__.get("tensorcode_external", getattr(type(module), "tensorcode_external", False))
-    return EXTERNAL if marked else PURE
 
 
 def _invoke(op, args, kwargs):

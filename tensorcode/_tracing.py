@@ -30,6 +30,7 @@ LEAF_TYPES = frozenset(SCALARS)
 TENSOR_TYPES: set = set()
 
 OK, FAILED, CANCELLED = "ok", "failed", "cancelled"
+RELEASED = object()  # a call's live output after ``release()``: gone (``None`` is a valid output)
 
 
 def current_session():
@@ -42,11 +43,14 @@ def capture(op, fn, args, kwargs):
     state = STATE.get()
     if state is None or state[1]:
         return fn(*args, **kwargs)
-    session = state[0]
+    return _capture(state[0], op, fn, args, kwargs)
+
+
+def _capture(session, op, fn, args, kwargs):
     pending = session._begin(op, args, kwargs)
     token = STATE.set((session, 1))
     try:
-        result = fn(*pending.args, **pending.kwargs)
+        result = fn(*pending[1], **pending[2])
     except BaseException as exc:
         session._fail(pending, exc)
         raise
@@ -69,7 +73,7 @@ def capture_async(op, fn, args, kwargs):
             pending = session._begin(op, args, kwargs)
             token = STATE.set((session, 1))
             try:
-                result = await fn(*pending.args, **pending.kwargs)
+                result = await fn(*pending[1], **pending[2])
             except BaseException as exc:
                 session._fail(pending, exc)
                 raise
@@ -91,18 +95,19 @@ def capture_async(op, fn, args, kwargs):
 # inside a trace, so keeping it installed leaks no state into untraced code or other threads.
 _patch_lock = threading.Lock()
 _original_call = None
+hooked = False  # whether the patch is in place (read by every trace opened)
 
 
 def _module_call(self, *args, **kwargs):
     state = STATE.get()
     if state is None or state[1]:
         return _original_call(self, *args, **kwargs)
-    return capture(self, _original_call.__get__(self), args, kwargs)
+    return _capture(state[0], self, _original_call.__get__(self), args, kwargs)
 
 
 def install_module_hook() -> None:
     """Route ``torch.nn.Module.__call__`` through the tracer: once per process, a no-op until torch is imported."""
-    global _original_call
+    global _original_call, hooked
     if _original_call is not None:
         return
     torch = sys.modules.get("torch")
@@ -113,21 +118,10 @@ def install_module_hook() -> None:
             TENSOR_TYPES.update((torch.Tensor, torch.nn.Parameter))
             _original_call = torch.nn.Module.__call__
             torch.nn.Module.__call__ = _module_call
-
-
-def module_hook_installed() -> bool:
-    return _original_call is not None
+            hooked = True
 
 
 # -- records --------------------------------------------------------------------------------------------------
-class Pending:
-    __slots__ = ("op", "args", "kwargs", "arg_tree", "kwarg_tree", "deps", "roots", "watch")
-
-    def __init__(self, op, args, kwargs, arg_tree, kwarg_tree, deps, roots, watch):
-        self.op, self.args, self.kwargs = op, args, kwargs
-        self.arg_tree, self.kwarg_tree, self.deps, self.roots, self.watch = arg_tree, kwarg_tree, deps, roots, watch
-
-
 class Call:
     """One recorded top-level call: its operation, argument tree, dependencies, status and output."""
 
@@ -144,18 +138,20 @@ class Call:
         "error",
         "_value",
         "recorded",
-        "_session",
+        "_trace_id",
     )
 
     def __init__(self, session, index, op, kind, arg_tree, kwarg_tree, deps, roots, status, error=None):
-        self._session = session
+        # The trace's identity, not the trace: a call referring back to its trace would make every trace a
+        # reference cycle, freed only by the cyclic garbage collector instead of as soon as it is dropped.
+        self._trace_id = session.trace_id
         self.index, self.op, self.kind = index, op, kind
         self.binding = None
         self.arg_tree, self.kwarg_tree = arg_tree, kwarg_tree
-        self.dependencies = tuple(sorted(deps))
-        self.roots = tuple(sorted(roots))
+        self.dependencies = tuple(sorted(deps)) if len(deps) > 1 else tuple(deps)
+        self.roots = tuple(sorted(roots)) if len(roots) > 1 else tuple(roots)
         self.status, self.error = status, error
-        self._value = None
+        self._value = RELEASED if session.released else None
         self.recorded = None
 
     @property
@@ -167,18 +163,18 @@ class Call:
     @property
     def output(self) -> OutputRef:
         """An explicit handle to this call's output (needed for scalars and ambiguous aliases)."""
-        return OutputRef(self.index, (), self._session.trace_id)
+        return OutputRef(self.index, (), self._trace_id)
 
     @property
     def inputs(self) -> list[InputRef]:
-        return [InputRef(i, self._session.trace_id) for i in self.roots]
+        return [InputRef(i, self._trace_id) for i in self.roots]
 
     @property
     def value(self):
         """The live output; unavailable after ``release()`` or for a loaded experience (use ``replay``)."""
         if self.status != OK:
             raise TraceError(f"call {self.index} ({self.name}) {self.status}: {self.error}")
-        if self._session.released:
+        if self._value is RELEASED:
             raise TraceError("this trace has been released: live outputs are gone; replay to recompute them")
         return self._value
 
@@ -295,7 +291,7 @@ def stamp(value):
 
     Holding the objects, not their ids, keeps a replaced element alive, so a new one cannot reuse its address.
     """
-    if is_tensor(value):
+    if type(value) in TENSOR_TYPES or is_tensor(value):
         if value.is_inference():
             data = value.detach()
             if data.device.type != "cpu":
@@ -359,7 +355,7 @@ def build(node, values: dict, roots):
     if kind is list:
         return [build(v, values, roots) for v in node]
     if kind is tuple:
-        return tuple(build(v, values, roots) for v in node)
+        return tuple([build(v, values, roots) for v in node])
     if kind is dict:
         return {k: build(v, values, roots) for k, v in node.items()}
     if dataclasses.is_dataclass(node) and not isinstance(node, type):

@@ -27,6 +27,7 @@ _CALL = {"op", "kind", "args", "kwargs", "result"}
 _SUPERVISION = {"output", "target", "loss", "source"}
 
 MAX_BYTES = 256 * 2**20
+MAX_STRUCTURE_BYTES = 32 * 2**20
 MIN_CONTAINERS = 100_000
 BYTES_PER_CONTAINER = 16
 # No valid value nests this many brackets in a row: a codec level adds at most three.
@@ -35,12 +36,13 @@ _DEEP = b"[" * (3 * MAX_DEPTH + 8)
 
 def load_experience(
     path, *, operations: Mapping, codecs: Mapping | None = None, max_bytes: int = MAX_BYTES,
-    max_containers: int | None = None,
+    max_structure_bytes: int = MAX_STRUCTURE_BYTES, max_containers: int | None = None,
 ):
     """Load an experience bound to the supplied, already-constructed ``operations``.
 
     The file may come from someone else: it must be a regular file (a symbolic link to one is followed) of at
-    most ``max_bytes`` bytes (256 MiB by default), holding at most ``max_containers`` JSON arrays and objects
+    most ``max_bytes`` bytes (256 MiB by default), of which at most ``max_structure_bytes`` (32 MiB) are JSON
+    other than tensor and bytes payloads, holding at most ``max_containers`` JSON arrays and objects
     (by default one per 16 bytes of file, and at least 100,000) nested at most ``MAX_DEPTH`` values deep.
     Raise the limits for files you trust. Raises ``ExperienceError`` (a ``ValueError``) naming the problem for
     any malformed, oversized or incompatible file.
@@ -48,18 +50,24 @@ def load_experience(
     if not isinstance(operations, Mapping):
         raise TypeError("operations must be a mapping of binding name to operation")
     try:
-        return _load(path, operations, codecs, max_bytes, max_containers)
+        return _load(path, operations, codecs, max_bytes, max_structure_bytes, max_containers)
     except MemoryError as exc:
         raise ExperienceError(f"{path}: not enough memory to load this experience file") from exc
     except RecursionError as exc:
         raise ExperienceError(f"{path}: the experience file is nested too deeply") from exc
 
 
-def _load(path, operations: Mapping, codecs, max_bytes: int, max_containers: int | None):
+def _load(path, operations: Mapping, codecs, max_bytes: int, max_structure: int, max_containers: int | None):
 
     raw = read_regular(path, max_bytes=max_bytes, error=ExperienceError, what="experience file")
     size = len(raw)
     raw, payloads = lift_payloads(raw)
+    # Parsed JSON costs 10-25x its text in Python objects; tensor payloads cost 1x. Bound the costly part.
+    if len(raw) > max_structure:
+        raise ExperienceError(
+            f"{path}: the experience file holds {len(raw):,} bytes of JSON besides its payloads, over the limit "
+            f"of {max_structure:,}; pass a larger max_structure_bytes to load a file you trust"
+        )
     # A long run of opening brackets is the usual shape of a nesting attack: name it before counting. Nesting
     # the run misses still ends in the parser's RecursionError, reported the same way.
     if _DEEP in raw:

@@ -130,18 +130,7 @@ def ranking(tool: str, mode: str, model: str, candidates: Sequence[dict], scores
     Probabilities are the softmax of the scores; the highest score is selected (the first on a tie), and its
     probability is the confidence.
     """
-    values = _numbers(scores, "score")
-    probabilities = _softmax(values)
-    selected = max(range(len(values)), key=values.__getitem__)
-    return {
-        **_header("ranking", tool, mode, model, probabilities[selected], attention[selected]),
-        "selected_id": candidates[selected]["id"],
-        "selected_index": selected,
-        "candidates": [
-            {"id": c["id"], "text": c["text"], "score": s, "probability": p, "attention": a}
-            for c, s, p, a in zip(candidates, values, probabilities, attention, strict=True)
-        ],
-    }
+    return _ranked("ranking", tool, mode, model, candidates, _numbers(scores, "score"), attention)
 
 
 def outcome(tool: str, mode: str, model: str, candidates: Sequence[dict], outcomes: Sequence[float],
@@ -151,12 +140,11 @@ def outcome(tool: str, mode: str, model: str, candidates: Sequence[dict], outcom
         raise ValueError(f"prefer: expected 'max' or 'min', got {prefer!r}")
     values = _numbers(outcomes, "outcome")
     sign = 1.0 if prefer == "max" else -1.0
-    receipt = ranking(tool, mode, model, candidates, [sign * v for v in values], attention)
-    receipt["kind"] = "outcome"
+    receipt = _ranked("outcome", tool, mode, model, candidates, [sign * v for v in values], attention)
     receipt["prefer"] = prefer
     for entry, value in zip(receipt["candidates"], values, strict=True):
         entry["outcome"] = value
-    return _ordered(receipt)
+    return {key: receipt[key] for key in KEYS["outcome"]}
 
 
 def classification(tool: str, mode: str, model: str, labels: Sequence[str], scores: Sequence[float],
@@ -246,8 +234,17 @@ def check(receipt: Any) -> dict:
             f"receipt.kind: {receipt.get('tool')}/{receipt.get('mode')} returns {expected!r} receipts, not {kind!r}"
         )
     _exact_keys(receipt, KEYS[kind], "receipt")
-    for i, candidate in enumerate(receipt.get("candidates", ())):
+    attentions = [("receipt.attention", receipt["attention"])]
+    for i, candidate in enumerate(_list(receipt.get("candidates", []), "receipt.candidates")):
         _exact_keys(candidate, CANDIDATE_KEYS[kind], f"receipt.candidates[{i}]")
+        if "attention" in candidate:
+            attentions.append((f"receipt.candidates[{i}].attention", candidate["attention"]))
+    for i, query in enumerate(_list(receipt.get("queries", []), "receipt.queries")):
+        _exact_keys(query, ("query", "selected_id", "documents"), f"receipt.queries[{i}]")
+        for j, document in enumerate(_list(query["documents"], f"receipt.queries[{i}].documents")):
+            _exact_keys(document, ("id", "score", "probability"), f"receipt.queries[{i}].documents[{j}]")
+    for field, attention in attentions:
+        _check_attention(attention, field)
     try:
         json.dumps(receipt, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -270,8 +267,19 @@ def _header(kind: str, tool: str, mode: str, model: str, confidence: float, atte
     }
 
 
-def _ordered(receipt: dict) -> dict:
-    return {key: receipt[key] for key in KEYS[receipt["kind"]]}
+def _ranked(kind: str, tool: str, mode: str, model: str, candidates: Sequence[dict], values: list[float],
+            attention: Sequence[dict | None]) -> dict:
+    probabilities = _softmax(values)
+    selected = max(range(len(values)), key=values.__getitem__)
+    return {
+        **_header(kind, tool, mode, model, probabilities[selected], attention[selected]),
+        "selected_id": candidates[selected]["id"],
+        "selected_index": selected,
+        "candidates": [
+            {"id": c["id"], "text": c["text"], "score": s, "probability": p, "attention": a}
+            for c, s, p, a in zip(candidates, values, probabilities, attention, strict=True)
+        ],
+    }
 
 
 def _exact_keys(value: Any, keys: Sequence[str], field: str) -> None:
@@ -280,6 +288,35 @@ def _exact_keys(value: Any, keys: Sequence[str], field: str) -> None:
     missing, unexpected = sorted(set(keys) - set(value)), sorted(set(value) - set(keys))
     if missing or unexpected:
         raise ValueError(f"{field}: missing keys {missing}, unexpected keys {unexpected}")
+
+
+def _list(value: Any, field: str) -> list:
+    if not isinstance(value, list):
+        raise ValueError(f"{field}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _check_attention(attention: Any, field: str) -> None:
+    if attention is None:
+        return
+    kind = attention.get("type") if isinstance(attention, dict) else None
+    if kind == "text":
+        _exact_keys(attention, ("type", "sources"), field)
+        for i, source in enumerate(_list(attention["sources"], f"{field}.sources")):
+            _exact_keys(source, ("source_id", "weight", "spans"), f"{field}.sources[{i}]")
+            for j, span in enumerate(_list(source["spans"], f"{field}.sources[{i}].spans")):
+                _exact_keys(span, ("start", "end", "weight"), f"{field}.sources[{i}].spans[{j}]")
+    elif kind == "image":
+        _exact_keys(attention, ("type", "source_id", "grid", "image_size", "weights"), field)
+        grid = attention["grid"]
+        if not (isinstance(grid, list) and len(grid) == 2 and all(type(n) is int and n > 0 for n in grid)):
+            raise ValueError(f"{field}.grid: expected [rows, cols] (two positive integers), got {grid!r}")
+        rows, cols = grid
+        weights = _list(attention["weights"], f"{field}.weights")
+        if len(weights) != rows or any(not isinstance(row, list) or len(row) != cols for row in weights):
+            raise ValueError(f"{field}.weights: expected {rows} rows of {cols} weights (grid {[rows, cols]})")
+    else:
+        raise ValueError(f"{field}: expected a text or image attention structure or null, got type {kind!r}")
 
 
 def _number(value: Any, what: str) -> float:

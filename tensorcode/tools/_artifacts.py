@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._files import open_regular, read_exactly
 from ..errors import ToolError
 
 FORMAT = "tensorcode-tool"
@@ -26,6 +27,22 @@ _OLD_FORMATS = {"tensorcode.tool"}
 _MANIFEST_KEYS = ("configuration", "format", "tool", "version")
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_JSON_DEPTH = 32
+MAX_HEADER_BYTES = 16 << 20
+# safetensors dtype codes and their sizes in bytes
+DTYPE_SIZES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor of a safetensors header: dtype code, shape, and byte range in the data section."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
 
 
 @dataclass(frozen=True)
@@ -94,14 +111,11 @@ def tool_directory(directory: str | os.PathLike) -> Path:
 def read_file(directory: Path, name: str, limit: int) -> bytes:
     """The bytes of ``directory/name``: a regular file inside ``directory``, at most ``limit`` bytes."""
     path = inside(directory, name)
-    with open_regular(path) as handle:
-        size = os.fstat(handle.fileno()).st_size
+    handle, size = open_regular(path, error=ToolError, what=name)
+    with handle:
         if size > limit:
             raise ToolError(f"{path}: {size} bytes, over the {limit}-byte limit for this file")
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise ToolError(f"{path}: over the {limit}-byte limit for this file")
-    return data
+        return read_exactly(handle, size, path, error=ToolError, what=name)
 
 
 def inside(directory: Path, name: str) -> Path:
@@ -115,21 +129,6 @@ def inside(directory: Path, name: str) -> Path:
     if target.parent != root and root not in target.parents:
         raise ToolError(f"{path}: a symbolic link leading outside {directory} is refused")
     return target
-
-
-def open_regular(path: Path):
-    """Open ``path`` for reading only if it is a regular file; a pipe or device is refused without blocking."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as exc:
-        raise ToolError(f"{path}: cannot read: {exc}") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ToolError(f"{path}: not a regular file (pipes, devices and directories are refused)")
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def parse_json(data: bytes, where: Path) -> Any:
@@ -161,3 +160,71 @@ def _depth(value: Any) -> int:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def read_weights(directory: Path, expected: dict[str, tuple[str, tuple[int, ...]]]) -> tuple[bytes, dict]:
+    """The bytes of ``model.safetensors`` and its header, checked against ``expected`` (name -> (dtype code,
+    shape)) before the tensor data is read: sorted missing and unexpected names, then each shape and dtype.
+
+    The header must describe exactly the file: contiguous, non-overlapping byte ranges covering the data
+    section, each as long as its shape and dtype require.
+    """
+    path = inside(directory, WEIGHTS)
+    handle, size = open_regular(path, error=ToolError, what=WEIGHTS)
+    with handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            raise ToolError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+        length = int.from_bytes(prefix, "little")
+        if length > min(MAX_HEADER_BYTES, size - 8):
+            raise ToolError(
+                f"{path}: header length {length} is larger than the file or the {MAX_HEADER_BYTES}-byte limit"
+            )
+        header = _header(parse_json(handle.read(length), path), path)
+        missing = sorted(set(expected) - set(header))
+        unexpected = sorted(set(header) - set(expected))
+        if missing or unexpected:
+            raise ToolError(f"{path}: missing weights {missing}, unexpected weights {unexpected}")
+        for key, entry in sorted(header.items()):
+            dtype, shape = expected[key]
+            if entry.shape != shape or entry.dtype != dtype:
+                raise ToolError(f"{path}: {key} is {entry.shape} {entry.dtype}, expected {shape} {dtype}")
+        data = sum(entry.end - entry.begin for entry in header.values())
+        if size != 8 + length + data:
+            raise ToolError(f"{path}: the file is {size} bytes; its header describes {8 + length + data}")
+        handle.seek(0)
+        return read_exactly(handle, size, path, error=ToolError, what=WEIGHTS), header
+
+
+def _header(document: Any, path: Path) -> dict[str, TensorEntry]:
+    if not isinstance(document, dict):
+        raise ToolError(f"{path}: the safetensors header is not a JSON object")
+    metadata = document.get("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ToolError(f"{path}: __metadata__ must map names to strings")
+    entries = {}
+    for key, value in document.items():
+        if key == "__metadata__":
+            continue
+        if not isinstance(value, dict) or set(value) != {"dtype", "shape", "data_offsets"}:
+            raise ToolError(f"{path}: {key}: a header entry has exactly dtype, shape and data_offsets")
+        dtype, shape, offsets = value["dtype"], value["shape"], value["data_offsets"]
+        if dtype not in DTYPE_SIZES:
+            raise ToolError(f"{path}: {key}: unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(type(d) is int and 0 <= d < 2**40 for d in shape) or len(shape) > 8:
+            raise ToolError(f"{path}: {key}: shape must be a list of at most 8 nonnegative integers")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int and o >= 0 for o in offsets)):
+            raise ToolError(f"{path}: {key}: data_offsets must be two nonnegative integers")
+        count = 1
+        for d in shape:
+            count *= d
+        if offsets[1] - offsets[0] != count * DTYPE_SIZES[dtype]:
+            raise ToolError(f"{path}: {key}: data_offsets cover {offsets[1] - offsets[0]} bytes; shape and dtype "
+                            f"need {count * DTYPE_SIZES[dtype]}")
+        entries[key] = TensorEntry(dtype, tuple(shape), offsets[0], offsets[1])
+    position = 0
+    for key, entry in sorted(entries.items(), key=lambda item: (item[1].begin, item[1].end)):
+        if entry.begin != position:
+            raise ToolError(f"{path}: {key}: data_offsets leave a gap or overlap at byte {position}")
+        position = entry.end
+    return entries

@@ -18,12 +18,17 @@ from torch import nn
 from .._atomic import write_atomic
 from .._fingerprint import type_name
 from ..errors import ToolError
-from ._artifacts import MANIFEST, WEIGHTS, manifest_text, read_manifest, tool_directory
+from ._artifacts import MANIFEST, WEIGHTS, manifest_text, read_manifest, read_weights, tool_directory
 from ._configuration import Configuration
 from ._protocol import CapturePlan
-from ._registry import _CLASSES
+from ._registry import REGISTERED
 
 __all__ = ["CapturePlan", "Tool"]
+
+_DTYPE_CODES = {
+    torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16", torch.float16: "F16",
+    torch.bfloat16: "BF16", torch.int32: "I32", torch.float32: "F32", torch.int64: "I64", torch.float64: "F64",
+}
 
 
 class Tool(nn.Module):
@@ -44,7 +49,7 @@ class Tool(nn.Module):
         super().__init_subclass__(**kwargs)
         # The registered tools are fingerprinted by name, never by module path; other subclasses (a user's own
         # tool, or a subclass of a registered one) keep their qualified class name.
-        registered = _CLASSES.get(cls.NAME)
+        registered = REGISTERED.get(cls.NAME)
         package, _, module = cls.__module__.rpartition(".")
         if registered == (module, cls.__qualname__) and package == __package__:
             cls.FINGERPRINT_TYPE = f"tool:{cls.NAME}"
@@ -114,10 +119,13 @@ class Tool(nn.Module):
     def from_pretrained(cls, directory: str | os.PathLike, *, device: str | torch.device = "cpu") -> Tool:
         """Load a tool saved by ``save_pretrained`` of this same tool, strictly, in eval mode.
 
-        Raises ``ToolError`` (a ``ValueError``) naming the problem for any bad artifact.
+        Nothing large is built before the manifest, the configuration (against its upper bounds) and the
+        weights' safetensors header (names, shapes, dtypes, byte ranges) have been checked; non-finite weights
+        are refused. Files must be regular files inside ``directory``. Raises ``ToolError`` (a ``ValueError``)
+        naming the problem for any bad artifact.
         """
         from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        from safetensors.torch import load
 
         directory = tool_directory(directory)
         manifest = read_manifest(directory)
@@ -126,24 +134,24 @@ class Tool(nn.Module):
         try:
             configuration = cls.validate_configuration(manifest.configuration)
         except ValueError as exc:
-            raise ToolError(f"{directory / MANIFEST}: {exc}") from exc
-        tool = cls(**configuration)
-        if tool.configuration() != configuration:
+            raise ToolError(f"{directory / MANIFEST}: configuration: {exc}") from exc
+        # The layout the weights must have, from a skeleton on the meta device: no memory for its tensors.
+        with torch.device("meta"):
+            skeleton = cls(**configuration)
+        if skeleton.configuration() != configuration:
             raise ToolError(f"{directory}: configuration does not round-trip through {cls.__name__}")
+        expected = {
+            k: (_DTYPE_CODES.get(v.dtype, str(v.dtype)), tuple(v.shape)) for k, v in skeleton.state_dict().items()
+        }
+        data, _ = read_weights(directory, expected)
         try:
-            state = load_file(str(directory / WEIGHTS))
-        except (OSError, SafetensorError) as exc:
+            state = load(data)
+        except (SafetensorError, ValueError) as exc:
             raise ToolError(f"{directory / WEIGHTS}: cannot read weights: {exc}") from exc
-        expected = tool.state_dict()
-        missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
-        if missing or unexpected:
-            raise ToolError(f"{directory / WEIGHTS}: missing weights {missing}, unexpected weights {unexpected}")
-        for key, value in state.items():
-            if value.shape != expected[key].shape or value.dtype != expected[key].dtype:
-                raise ToolError(
-                    f"{directory / WEIGHTS}: {key} is {tuple(value.shape)} {value.dtype}, "
-                    f"expected {tuple(expected[key].shape)} {expected[key].dtype}"
-                )
+        for key, value in sorted(state.items()):
+            if (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all()):
+                raise ToolError(f"{directory / WEIGHTS}: {key} holds NaN or infinite values")
+        tool = cls(**configuration)
         tool.load_state_dict(state, strict=True)
         return tool.to(device).eval()
 

@@ -15,7 +15,7 @@ from typing import Any
 from ._artifacts import read_manifest
 
 # name -> (module inside tensorcode.tools, class name)
-_CLASSES = {
+REGISTERED = {
     "chatbot": ("chatbot", "Chatbot"),
     "decision": ("decision", "Decision"),
     "investigator": ("investigator", "Investigator"),
@@ -36,11 +36,11 @@ MODES = MappingProxyType(
 
 def names() -> tuple[str, ...]:
     """The registered tool names, sorted."""
-    return tuple(sorted(_CLASSES))
+    return tuple(sorted(REGISTERED))
 
 
 def check_name(name: Any, field: str = "tool") -> str:
-    if not isinstance(name, str) or name not in _CLASSES:
+    if not isinstance(name, str) or name not in REGISTERED:
         raise ValueError(f"{field}: unknown tool {name!r}; registered tools: {', '.join(names())}")
     return name
 
@@ -54,7 +54,7 @@ def check_mode(name: str, mode: Any, field: str = "mode") -> str:
 
 def get(name: str) -> type:
     """The tool class registered as ``name`` (imports torch)."""
-    module, attribute = _CLASSES[check_name(name)]
+    module, attribute = REGISTERED[check_name(name)]
     return getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
 
 
@@ -75,7 +75,7 @@ def load_pretrained(directory: str | os.PathLike, *, device: Any = "cpu"):
     from ..errors import ToolError
 
     manifest = read_manifest(directory)
-    if manifest.tool not in _CLASSES:
+    if manifest.tool not in REGISTERED:
         raise ToolError(
             f"{directory}: tool: unknown tool {manifest.tool!r}; registered tools: {', '.join(names())}"
         )
@@ -91,5 +91,9 @@ def predict(tool: Any, mode: str, inputs_list: list) -> list[dict]:
     if not inputs_list:
         return []
     if name == "chatbot":
-        return [tool.respond(text) for text in inputs_list]
+        # respond() answers one message; read the whole request first so limits apply to it as a batch.
+        from ._validation import read_inputs
+
+        texts = read_inputs(name, {"mode": mode, "inputs": list(inputs_list)}, tool.configuration()).items
+        return [tool.respond(text) for text in texts]
     return list(tool({"mode": mode, "inputs": list(inputs_list)}))

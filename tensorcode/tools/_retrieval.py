@@ -108,6 +108,8 @@ class WeightWatch:
 
     @torch.no_grad()
     def _fingerprint(self) -> torch.Tensor:
+        if any(p.is_meta for p in self.module.parameters()):  # a layout-only skeleton has no values to watch
+            return torch.zeros(0)
         sums = [torch.stack([p.double().sum(), p.double().abs().sum(), p.double().square().sum()])
                 for p in self.module.parameters()]
         return torch.cat(sums).cpu()

@@ -27,7 +27,9 @@ class PatchEncoder(nn.Module):
     """Convolution and max-pooling stages down to one state per patch, then self-attention across patches.
 
     ``patch_size`` must be a power of two: each stage halves the resolution, so a patch state summarises its
-    own ``patch_size`` square with a receptive field reaching into its neighbours.
+    own ``patch_size`` square (its receptive field reaches only a pixel or two past it). The last projection is
+    per patch, not a convolution across patches: a patch next to a shape must not describe the shape, or
+    attention could find the shape by looking beside it and the heat map would point at the wrong cells.
     """
 
     def __init__(self, image_size: int, patch_size: int, channels: int, dim: int, heads: int, layers: int):
@@ -38,7 +40,7 @@ class PatchEncoder(nn.Module):
             stages += [nn.Conv2d(width, channels, 3, padding=1), nn.GELU(), nn.MaxPool2d(2)]
             width = channels
         self.stem = nn.Sequential(*stages)
-        self.patchify = nn.Conv2d(width, dim, 3, padding=1)
+        self.patchify = nn.Conv2d(width, dim, 1)
         self.rows = nn.Parameter(0.02 * torch.randn(self.grid, dim))
         self.cols = nn.Parameter(0.02 * torch.randn(self.grid, dim))
         self.blocks = nn.ModuleList(_Block(dim, heads) for _ in range(layers))
@@ -55,11 +57,12 @@ class PatchEncoder(nn.Module):
 
 
 class PatchAttention(nn.Module):
-    """Attention of query vectors over patch states, plus a query-independent glance at the whole image.
+    """Attention of query vectors over patch states: the only way a query sees the image.
 
-    What a query sees is the attention-weighted patch values, where it looked (the attention-weighted patch
-    coordinates, so descriptions can say "top left"), and the glance: the per-feature maximum over patches,
-    which tells every query whether something is present anywhere and trains much faster than attention alone.
+    What a query sees is the attention-weighted patch values and where it looked (the attention-weighted patch
+    coordinates, so descriptions can say "top left"). There is no whole-image shortcut (an earlier glance at the
+    per-feature maximum over all patches did most of the recognising), so the attention weights a receipt
+    shows are where the model looked: a patch's content reaches the query only in proportion to its weight.
     """
 
     def __init__(self, dim: int, grid: int):
@@ -76,18 +79,22 @@ class PatchAttention(nn.Module):
         values = self.values(patches)  # (batch, p, dim)
         logits = queries @ self.keys(patches).transpose(1, 2) / math.sqrt(queries.shape[-1])  # (batch, q, p)
         weights = logits.softmax(-1)
-        seen = weights @ values + self.where(weights @ self.coordinates) + values.amax(1, keepdim=True)
+        seen = weights @ values + self.where(weights @ self.coordinates)  # (batch, q, dim)
         return seen, weights
 
 
 def _standardize(images: torch.Tensor) -> torch.Tensor:
-    """Per-image, per-channel standardisation, so shapes stand out whatever the background's colour.
+    """Per-image, per-channel centring on the median and scaling by the median absolute deviation.
 
-    The floor on the deviation keeps a flat image from amplifying its noise into strong features.
+    Shapes stand out whatever the background's colour. The median statistics are the background's (a shape
+    covers less than half of an image), so a background patch says nothing about the shape: centring on the
+    mean let every patch tell the shape's colour, and attention could then recognise it without looking at
+    it. The floor on the deviation keeps a flat image from amplifying its noise into strong features.
     """
-    mean = images.mean((2, 3), keepdim=True)
-    deviation = images.std((2, 3), keepdim=True, correction=0)
-    return (images - mean) / (deviation + 0.05)
+    flat = images.flatten(2)  # (batch, 3, pixels)
+    centre = flat.median(-1, keepdim=True).values  # (batch, 3, 1)
+    spread = (flat - centre).abs().median(-1, keepdim=True).values
+    return (images - centre.unsqueeze(-1)) / (spread.unsqueeze(-1) + 0.05)
 
 
 class _Block(nn.Module):

@@ -57,8 +57,8 @@ class Scene(Tool):
         channels: width of the convolutional stem; default 16.
         dim: width of patch, text and decoder states; must be divisible by ``heads``; default 32.
         heads: attention heads in each patch-mixing block; default 2.
-        layers: self-attention blocks mixing patch states (0 or more); default 0, since the convolutions and
-            the glance already give each query the context these small tasks need.
+        layers: self-attention blocks mixing patch states (0 or more); default 0. Mixing lets a patch state
+            describe other patches, so attention over mixed states says less about where the model looked.
         buckets: hashed word buckets of the open-vocabulary tokenizer; default 4096.
         max_words: words kept from each question or candidate text; default 32.
         max_length: generation length limit in UTF-8 bytes (language mode); default 64.
@@ -165,8 +165,8 @@ class Scene(Tool):
         patches = self._patches(examples)
         question = self.question(self._encode([e["question"] for e in examples]))  # (batch, dim)
         seen, weights = self.attend(self.query(question).unsqueeze(1), patches)  # (batch, 1, dim)
-        # Normalised rather than squashed: the glance is unbounded, and a tanh here saturated until every
-        # image gave the decoder the same context.
+        # Normalised rather than squashed: a tanh here saturated until every image gave the decoder the same
+        # context.
         context = self.context(torch.cat([seen.squeeze(1), question], dim=-1))
         return context, weights
 

@@ -133,7 +133,9 @@ def _saving(directory: Path, name: str):
         pending = handle.read(128).decode("ascii", "replace")
         if _TENSORS.fullmatch(pending) and pending != _current_generation(directory):
             (directory / pending).unlink(missing_ok=True)
-        reclaim_temporaries(directory, r"\.tensors-[0-9a-f]{32}\.safetensors\.")
+        # Holding the lock, no other checkpoint writer is between creating and locking a file: no grace.
+        reclaim_temporaries(directory, r"\.tensors-[0-9a-f]{32}\.safetensors\.", grace=0)
+        reclaim_temporaries(directory, re.escape(f".{MANIFEST}."), grace=0)
         _record(handle, name)
         yield
         _record(handle, "")

@@ -13,6 +13,14 @@ def cross_entropy(output: torch.Tensor, target, labels: list | None = None) -> t
     if not isinstance(output, torch.Tensor) or output.dim() not in (1, 2):
         raise ValueError("cross_entropy needs logits of shape (classes,) or (batch, classes)")
     classes = output.shape[-1]
+    if (  # the common case, checked in fewer steps: one class index per logit row, already in place
+        type(target) is torch.Tensor
+        and target.dtype == torch.int64
+        and output.dim() == 2
+        and target.shape == output.shape[:1]
+        and target.device == output.device
+    ):
+        return _indexed(output, target, classes)
     if isinstance(target, str) or (
         isinstance(target, (list, tuple)) and target and all(isinstance(t, str) for t in target)
     ):
@@ -51,6 +59,10 @@ def cross_entropy(output: torch.Tensor, target, labels: list | None = None) -> t
         raise ValueError(
             f"{output.shape[0]} logit rows need {output.shape[0]} class indices, got shape {tuple(target.shape)}"
         )
+    return _indexed(output, target, classes)
+
+
+def _indexed(output: torch.Tensor, target: torch.Tensor, classes: int) -> torch.Tensor:
     # The kernel bounds-checks every index; an impossible ignore_index keeps -100 from being skipped silently.
     try:
         return F.cross_entropy(output, target, ignore_index=_NO_IGNORE)

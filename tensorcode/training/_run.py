@@ -175,6 +175,7 @@ def _loop(trainer, sessions, settings, cursor, directory, callback) -> RunResult
     losses = list(cursor["losses"])
     step = resumed_from = cursor["step"]
     order, order_epoch = None, -1
+    saver = _Saver(trainer, directory)
     started = time.monotonic()
     progress = _progress(trainer, settings, step, losses)
     while step < total:
@@ -186,7 +187,7 @@ def _loop(trainer, sessions, settings, cursor, directory, callback) -> RunResult
         progress = _progress(trainer, settings, step, losses)
         checkpointed = directory is not None and (step % interval == 0 or step == total)
         if checkpointed:
-            trainer.save_checkpoint(directory, progress=progress)
+            saver.save(progress)
         if callback is not None:
             elapsed = time.monotonic() - started
             done = step - resumed_from
@@ -205,9 +206,37 @@ def _loop(trainer, sessions, settings, cursor, directory, callback) -> RunResult
             )
             if callback(report) is True:
                 if directory is not None and not checkpointed:
-                    trainer.save_checkpoint(directory, progress=progress)
+                    saver.save(progress)
                 return RunResult(losses, step, total, step >= total, progress, resumed_from)
     return RunResult(losses, step, total, True, progress, resumed_from)
+
+
+class _Saver:
+    """Writes checkpoints and keeps two generations of tensors: the current one and the one before it.
+
+    A checkpoint directory keeps every generation it ever wrote; a run writing one every 100 steps would fill
+    the disk with copies of the model. Once ``training.json`` names a new generation, older ones are unused.
+    """
+
+    def __init__(self, trainer, directory: Path | None):
+        self.trainer, self.directory = trainer, directory
+        self.previous = None if directory is None else _generation(directory)
+
+    def save(self, progress: dict) -> None:
+        self.trainer.save_checkpoint(self.directory, progress=progress)
+        current = _generation(self.directory)
+        for path in self.directory.glob("tensors-*.safetensors"):
+            if path.name not in (current, self.previous):
+                path.unlink(missing_ok=True)
+        self.previous = current
+
+
+def _generation(directory: Path) -> str | None:
+    """The tensors file ``training.json`` names, if any."""
+    try:
+        return json.loads((directory / MANIFEST).read_bytes())["tensors"]["file"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _order(seed: int, epoch: int, count: int, shuffle: bool) -> list[int]:

@@ -125,13 +125,15 @@ class Trainer:
         for record in session.supervisions:
             if record.loss not in self._losses:
                 raise ValueError(f"unknown loss {record.loss!r}; registered losses: {sorted(self._losses)}")
+        # Restored tensors land on CPU: on another device, inputs, targets and recorded results move there.
+        adapt = None if self.parameters[0].device.type == "cpu" else self._adapt
         self.optimizer.zero_grad(set_to_none=True)
         count = len(session.supervisions)
         total = 0.0
         try:
             for record in session.supervisions:
-                output = evaluate(session, [record.output], boundary="recorded", adapt=self._adapt)[0]
-                loss, value = self._loss(session, record, output)
+                output = evaluate(session, [record.output], boundary="recorded", adapt=adapt)[0]
+                loss, value = self._loss(session, record, output, adapt)
                 (loss / count if count > 1 else loss).backward()
                 total += value
             self._check_gradients()
@@ -158,27 +160,32 @@ class Trainer:
         _checkpoint.save_checkpoint(self, directory, progress)
         self._progress = progress  # only once the checkpoint that records it exists
 
-    def load_checkpoint(self, path: str | os.PathLike) -> dict:
-        """Restore a checkpoint (all or nothing) and return its progress mapping."""
+    def load_checkpoint(
+        self, path: str | os.PathLike, *, max_bytes: int | None = None, max_manifest_bytes: int | None = None
+    ) -> dict:
+        """Restore a checkpoint (all or nothing) and return its progress mapping.
+
+        ``max_bytes`` and ``max_manifest_bytes`` raise the limits on untrusted files (README, "Loading untrusted
+        files"): by default the tensors may be what this trainer's state can need and ``training.json`` 64 MiB.
+        """
         from . import _checkpoint
 
-        return _checkpoint.load_checkpoint(self, path)
+        limits = {} if max_manifest_bytes is None else {"max_manifest_bytes": max_manifest_bytes}
+        return _checkpoint.load_checkpoint(self, path, max_bytes=max_bytes, **limits)
 
     # -- internals ---------------------------------------------------------------------------------------------
     def _adapt(self, value):
-        """Restored tensors land on CPU: move inputs, targets and recorded results to the parameters' device."""
-        device = self.device
-        if device.type == "cpu":
-            return value
-        return _to_device(value, device)
+        """Move a restored value (CPU tensors) to the parameters' device."""
+        return _to_device(value, self.device)
 
-    def _loss(self, session: Trace, record, output) -> tuple[torch.Tensor, float]:
+    def _loss(self, session: Trace, record, output, adapt) -> tuple[torch.Tensor, float]:
         """The scalar loss of one supervision record and its value."""
         fn = self._losses[record.loss]
         target = record.target
         if fn not in _BUILTIN_LOSSES:  # built-in losses only read their target; a custom one gets its own copy
             target = fresh(target)
-        target = self._adapt(target)
+        if adapt is not None:
+            target = adapt(target)
         if fn is _losses.cross_entropy:
             # The label order is looked up only for label strings: configuration() can be costly per step.
             labels = _labels(session.calls[record.output.call].op) if _names_labels(target) else None
@@ -194,26 +201,28 @@ class Trainer:
                 f"loss {record.loss!r} is not differentiable: the supervised output does not depend on trainable "
                 "parameters through pure operations (recorded boundaries are constants)"
             )
-        value = float(loss.detach())
+        value = loss.item()
         if not math.isfinite(value):
             raise ValueError(f"loss {record.loss!r} is not finite ({value}); no parameter was changed")
         return loss, value
 
     def _check_gradients(self) -> None:
-        grads = [p.grad for p in self.parameters if p.grad is not None]
+        grads = [g for g in (p.grad for p in self.parameters) if g is not None]
         if not grads:
             raise ValueError("the loss is disconnected from the trainer's parameters; no parameter was changed")
-        # Sparse gradients (an embedding with sparse=True) are checked through their stored values.
-        grads = [g._values() if g.is_sparse else g for g in grads]
-        # NaN and infinity propagate through sums, so a finite total proves every gradient finite in one cheap
-        # pass (an elementwise isfinite pass per parameter cost as much as the update). Only a total that
-        # overflows from huge finite values needs the elementwise look.
-        sums = [g.sum() for g in grads]
+        # NaN and infinity propagate through sums, so a finite total proves every gradient finite in one pass over
+        # the gradients, the least any check can read (an elementwise isfinite pass per parameter cost as much as
+        # the update). Only a total that overflows from huge finite values needs the elementwise look. Sparse
+        # gradients (an embedding with sparse=True) are checked through their stored values.
+        sums = [(g._values() if g.is_sparse else g).sum() for g in grads]
         device = sums[0].device
-        if any(t.device != device for t in sums):
-            sums = [t.to(device) for t in sums]
-        total = float(torch.stack(sums).sum())
-        if not math.isfinite(total) and not all(bool(torch.isfinite(g).all()) for g in grads):
+        if device.type == "cpu" and all(t.device == device for t in sums):
+            total = sum(t.item() for t in sums)  # reading CPU scalars costs less than stacking them
+        else:  # one transfer from an accelerator, not one per parameter
+            total = torch.stack([t.to(device) for t in sums]).sum().item()
+        if not math.isfinite(total) and not all(
+            bool(torch.isfinite(g._values() if g.is_sparse else g).all()) for g in grads
+        ):
             raise ValueError("non-finite gradients; no parameter was changed")
 
 

@@ -127,3 +127,36 @@ def test_fingerprint_names_the_tool_and_changes_with_the_configuration():
     assert first == receipts.fingerprint("scene", {"mode": "rank", "dim": 32})
     assert first != receipts.fingerprint("scene", {"dim": 16, "mode": "rank"})
     assert first != receipts.fingerprint("decision", {"dim": 32, "mode": "rank"})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: r["queries"][0]["documents"][0].update(index=0), r"documents\[0\]: .*unexpected keys \['index'\]"),
+        (lambda r: r["queries"][0].pop("selected_id"), r"queries\[0\]: missing keys \['selected_id'\]"),
+    ],
+)
+def test_check_names_the_nested_field_of_a_bad_retrieval_receipt(change, message):
+    receipt = json.loads(json.dumps(_examples()["retrieval"]))
+    change(receipt)
+    with pytest.raises(ValueError, match=message):
+        receipts.check(receipt)
+
+
+def test_check_refuses_attention_of_an_unknown_structure_or_grid():
+    receipt = json.loads(json.dumps(_examples()["generation"]))
+    receipt["attention"]["weights"] = [[1.0]]
+    with pytest.raises(ValueError, match=r"attention.weights: expected 2 rows of 2 weights"):
+        receipts.check(receipt)
+    receipt["attention"] = {"log-1": 1.0}
+    with pytest.raises(ValueError, match="receipt.attention: expected a text or image attention"):
+        receipts.check(receipt)
+    ranking = json.loads(json.dumps(_examples()["ranking"]))
+    ranking["candidates"][0]["attention"]["sources"][0]["spans"][0]["text"] = "Disk"
+    with pytest.raises(ValueError, match=r"candidates\[0\].attention.sources\[0\].spans\[0\]"):
+        receipts.check(ranking)
+
+
+def test_the_receipt_schema_is_a_valid_2020_12_schema():
+    assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)

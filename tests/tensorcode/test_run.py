@@ -342,3 +342,52 @@ def test_exact_match_agrees_with_greedy_decoding(steps):
     if all(d.strip() for d in decoded):  # the model's own answers are matched exactly
         mirror = trainer.capture(inputs, decoded, source="self")
         assert training.evaluate(bot, [mirror])["value"] == 1.0
+
+
+_RANKING = {
+    "question": "Why did billing go down?",
+    "evidence": [{"source_id": "log-1", "text": "the disk was full"}, {"source_id": "log-2", "text": "a deploy"}],
+    "hypotheses": [{"id": "disk", "text": "the disk was full"}, {"id": "deploy", "text": "a bad deploy"}],
+}
+_PLANS = {
+    "goal": "Recover the cache.",
+    "evidence": [{"source_id": "monitor", "text": "The cache leaks memory."}],
+    "plans": [{"id": "restart", "text": "Restart the cache."}, {"id": "wait", "text": "Wait."}],
+}
+_PICTURE = {"pixels": torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(0)), "source_id": "camera:1",
+            "question": "what is in the picture?"}
+CASES = {
+    "investigator/rank": ("investigator", "rank", _RANKING, "disk", "top1"),
+    "investigator/verification": (
+        "investigator", "verification", [{"premise": "It failed.", "hypothesis": "It worked."}], ["contradiction"],
+        "accuracy",
+    ),
+    "investigator/proposal": ("investigator", "proposal", {"question": "Why?"}, "the disk", "exact_match"),
+    "investigator/retrieval": (
+        "investigator", "retrieval", {"queries": ["How was it restored?"], "documents": ["A restart.", "Lunch."]},
+        [[True, False]], "recall@1",
+    ),
+    "decision/rank": ("decision", "rank", _RANKING, "deploy", "top1"),
+    "planner/outcomes": ("planner", "outcomes", _PLANS, {"candidate_id": "wait", "outcome": 2.5}, "mse"),
+    "planner/proposal": ("planner", "proposal", {"goal": "Recover it.", "evidence": []}, "Restart it.", "exact_match"),
+    "scene/rank": ("scene", "rank", {**_PICTURE, "candidates": [{"id": "a", "text": "a red circle"},
+                                                                {"id": "b", "text": "a blue square"}]}, "a", "top1"),
+    "scene/language": ("scene", "language", _PICTURE, "a red circle", "exact_match"),
+    "chatbot/reply": ("chatbot", "reply", "hello", "hi there", "exact_match"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_evaluate_gives_every_tool_mode_its_natural_metric(case):
+    from tensorcode import tools
+
+    name, mode, inputs, target, metric = CASES[case]
+    tool = tools.create(name, mode=mode, seed=1)
+    trainer = training.Trainer.from_tool(tool)
+    experience = trainer.capture({"mode": mode, "inputs": inputs}, target, source="review:1")
+    tool.eval()
+    before = state(tool)
+    report = training.evaluate(tool, [experience])
+    assert report["metric"] == metric and report["examples"] >= 1
+    assert report["value"] >= 0 and (metric == "mse" or report["value"] <= 1)
+    assert report["loss"] >= 0 and same(state(tool), before) and not tool.training

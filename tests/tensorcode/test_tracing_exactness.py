@@ -459,3 +459,24 @@ def test_exiting_from_a_copy_of_the_entering_context_leaves_that_copy_usable():
     finally:
         session.__exit__(None, None, None)  # the entering context can still leave it
     assert tensorcode._tracing.current_session() is None
+
+
+def test_a_thread_started_inside_a_trace_runs_outside_it():
+    lin = nn.Linear(2, 2)
+    outcome = []
+    with trace() as session:
+        worker = threading.Thread(target=lambda: outcome.append((lin(torch.ones(1, 2)), double(torch.ones(2)))))
+        worker.start()
+        worker.join(TIMEOUT)
+    assert len(outcome) == 1 and session.calls == []
+
+
+def test_exiting_twice_or_without_entering_is_the_documented_error():
+    session = trace()
+    with pytest.raises(TraceError, match="never entered"):
+        session.__exit__(None, None, None)
+    with session:
+        pass
+    with pytest.raises(TraceError, match="already been exited"):
+        session.__exit__(None, None, None)
+    assert tensorcode._tracing.current_session() is None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cases import good
+from tool_cases import good
 
 import tensorcode
 from tensorcode import tools
@@ -147,3 +147,37 @@ def test_no_file_the_library_writes_names_a_module_path(name, mode, tmp_path):
     assert len(written) >= 5
     for path in written:
         assert b"tensorcode." not in path.read_bytes(), path
+
+
+def test_what_users_subclass_catch_or_annotate_with_is_exported():
+    assert tools.Tool is tools.get("decision").__mro__[1]
+    assert tools.CapturePlan is type(tools.create("decision").prepare_capture(*good("decision", "rank")))
+    assert all(issubclass(error, (ValueError, RuntimeError)) for error in (
+        tensorcode.CheckpointError, tensorcode.ExperienceError, tensorcode.FingerprintError,
+        tensorcode.StaleIndexError, tensorcode.ToolError, tensorcode.TraceError,
+    ))
+    assert tools.StaleIndexError is tensorcode.StaleIndexError
+
+
+@pytest.mark.parametrize("name", tools.names())
+def test_every_tool_satisfies_the_trainer_protocol(name):
+    assert isinstance(tools.create(name), tools.TrainableTool)
+
+
+def test_fingerprints_name_the_registered_tool_and_still_tell_tools_apart():
+    from tensorcode._fingerprint import describe, difference
+
+    decision = describe(tools.create("decision")._objective_op)
+    planner = describe(tools.create("planner")._objective_op)
+    assert decision["type"] == "tool-objective" and decision["configuration"]["tool"] == "tool:decision"
+    assert difference(decision, planner) is not None
+    assert describe(tools.create("decision"))["type"] == "tool:decision"
+
+
+def test_a_subclass_of_a_registered_tool_keeps_its_own_type_name():
+    from tensorcode._fingerprint import describe
+
+    class MyDecision(tools.get("decision")):
+        pass
+
+    assert describe(MyDecision())["type"].endswith("MyDecision")

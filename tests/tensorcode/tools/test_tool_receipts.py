@@ -142,3 +142,9 @@ def test_predict_by_name_returns_valid_receipts(tool, mode, make, call):
     for receipt in tools.predict(model, mode, [inputs, inputs]):
         jsonschema.validate(json.loads(json.dumps(receipt, allow_nan=False)), SCHEMA)
         assert (receipt["tool"], receipt["mode"], receipt["kind"]) == (tool, mode, receipts.kind_of(tool, mode))
+
+
+def test_receipts_built_anywhere_in_the_tool_tests_are_checked_against_the_schema():
+    """The conftest wraps every builder, so a receipt the schema refuses fails the test that built it."""
+    with pytest.raises(AssertionError, match="does not match receipt.schema.json"):
+        receipts.ranking("decision", "rank", "m", [{"id": "", "text": "x"}], [0.0], [None])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cases import good
+from tool_cases import good
 
 from tensorcode import tools
 from tensorcode.training import Trainer

@@ -1,0 +1,222 @@
+"""The ``tensorcode`` command line, run as a real subprocess from outside the checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+from test_run import write_experiences
+
+from tensorcode.tools.chatbot import Chatbot
+from tensorcode.tools.decision import Decision
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def tensorcode(*args, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "tensorcode", *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True,
+        timeout=300,
+    )
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def start(*args, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tensorcode", *map(str, args)], cwd=cwd, env=ENV, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """A tool directory ``tool/`` and six experience files in ``experiences/``."""
+    root = tmp_path_factory.mktemp("cli")
+    (root / "experiences").mkdir()
+    write_experiences(root / "experiences", 6)
+    Decision(dim=16).save_pretrained(root / "tool")
+    return root
+
+
+def _one_line_error(done: subprocess.CompletedProcess, match: str) -> None:
+    assert done.returncode != 0
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("tensorcode: error: "), done.stderr
+    assert match in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_train_writes_the_tool_and_rerunning_resumes(workspace, tmp_path):
+    args = ("train", workspace / "tool", workspace / "experiences", "-o", tmp_path / "out", "--epochs", "2",
+            "--interval", "4", "--optimizer", "adam", "--lr", "0.01", "--device", "cpu")
+    first = tensorcode(*args, cwd=tmp_path)
+    assert "trained decision: 12 steps" in first.stdout
+    assert "step 1/12" in first.stderr and "step 4/12 epoch 1/2" in first.stderr and "(checkpoint)" in first.stderr
+    assert (tmp_path / "out" / "tool.json").is_file()
+    assert json.loads((tmp_path / "out" / "checkpoint" / "training.json").read_text())["progress"]["run"]["step"] == 12
+    assert len(list((tmp_path / "out" / "checkpoint").glob("tensors-*.safetensors"))) == 2
+    weights = (tmp_path / "out" / "model.safetensors").read_bytes()
+    again = tensorcode(*args, cwd=tmp_path)
+    assert "resumed at step 12" in again.stdout
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == weights
+
+
+def test_train_killed_and_interrupted_resumes_to_the_same_tool(workspace, tmp_path):
+    """kill -9, then Ctrl-C (a clean stop), then a run to the end equals one uninterrupted run, byte for byte."""
+    common = (workspace / "tool", workspace / "experiences", "--epochs", "20", "--interval", "5", "--seed", "3",
+              "--optimizer", "adamw", "--lr", "0.01", "--device", "cpu")
+    tensorcode("train", *common, "-o", tmp_path / "whole", cwd=tmp_path)
+    manifest = tmp_path / "part" / "checkpoint" / "training.json"
+
+    def step() -> int:
+        return json.loads(manifest.read_text())["progress"]["run"]["step"] if manifest.is_file() else 0
+
+    for sig, status in ((signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 130)):
+        before = step()
+        process = start("train", *common, "-o", tmp_path / "part", cwd=tmp_path)
+        deadline = time.monotonic() + 120
+        while step() <= before:
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.01)
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == status, stderr
+        if sig == signal.SIGINT:
+            assert "stopped at step" in stderr and "run the same command again to resume" in stderr
+        assert not (tmp_path / "part" / "model.safetensors").exists()
+    assert 0 < step() < 120
+    finished = tensorcode("train", *common, "-o", tmp_path / "part", cwd=tmp_path)
+    assert "resumed at step" in finished.stdout
+    assert (tmp_path / "part" / "model.safetensors").read_bytes() == (
+        tmp_path / "whole" / "model.safetensors"
+    ).read_bytes()
+
+
+def test_evaluate_prints_the_metric(workspace, tmp_path):
+    done = tensorcode("evaluate", workspace / "tool", workspace / "experiences", "--json", cwd=tmp_path)
+    report = json.loads(done.stdout)
+    assert report["metric"] == "top1" and report["examples"] == 24
+    text = tensorcode("evaluate", workspace / "tool", *sorted((workspace / "experiences").glob("*.json")),
+                      cwd=tmp_path)
+    assert text.stdout.startswith("top1 ") and "on 24 examples (mean loss" in text.stdout
+
+
+def test_inspect_summarizes_experience_checkpoint_and_tool(workspace, tmp_path):
+    tensorcode("train", workspace / "tool", workspace / "experiences", "-o", tmp_path / "out", "--device", "cpu",
+               cwd=tmp_path)
+    experience = tensorcode("inspect", workspace / "experiences" / "experience-0.json", cwd=tmp_path).stdout
+    assert "calls: 1" in experience and "loss decision.rank" in experience and "review:0/0" in experience
+    assert "fingerprint decision:" in experience and "tensors: 1" in experience
+    checkpoint = tensorcode("inspect", tmp_path / "out" / "checkpoint", cwd=tmp_path).stdout
+    assert "run: step 6 of 6" in checkpoint and "torch.optim" in checkpoint
+    tool = json.loads(tensorcode("inspect", tmp_path / "out", "--json", cwd=tmp_path).stdout)
+    assert tool["tool"] == "decision" and tool["fingerprint"].startswith("decision:")
+    assert tool["weights"]["tensors"] > 0
+
+
+def test_validate_accepts_valid_files_and_names_the_problem_otherwise(workspace, tmp_path):
+    tensorcode("train", workspace / "tool", workspace / "experiences", "-o", tmp_path / "out", "--device", "cpu",
+               cwd=tmp_path)
+    ok = tensorcode("validate", workspace / "tool", tmp_path / "out" / "checkpoint",
+                    workspace / "experiences" / "experience-1.json", cwd=tmp_path)
+    assert ok.stdout.count("ok: ") == 3
+    broken = tmp_path / "broken.json"
+    text = (workspace / "experiences" / "experience-1.json").read_text()
+    broken.write_text(text.replace('"loss":"decision.rank"', '"loss":7'))
+    _one_line_error(tensorcode("validate", broken, cwd=tmp_path, check=False), "broken.json")
+    Chatbot(dim=8).save_pretrained(tmp_path / "bot")
+    _one_line_error(
+        tensorcode("validate", workspace / "experiences" / "experience-1.json", "--tool", tmp_path / "bot",
+                   cwd=tmp_path, check=False),
+        "missing binding 'decision'",
+    )
+
+
+def test_errors_are_one_line_without_traceback_unless_debug(workspace, tmp_path):
+    args = ("train", workspace / "tool", workspace / "experiences", "-o", tmp_path / "out", "--interval", "0")
+    _one_line_error(tensorcode(*args, cwd=tmp_path, check=False), "interval: expected a positive integer")
+    assert not (tmp_path / "out").exists()
+    debug = tensorcode(*args, "--debug", cwd=tmp_path, check=False)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "RunError" in debug.stderr
+    _one_line_error(tensorcode("inspect", tmp_path / "missing", cwd=tmp_path, check=False), "no such file")
+    usage = tensorcode("train", "--epochs", "x", cwd=tmp_path, check=False)
+    assert usage.returncode == 2 and usage.stderr.count("\n") == 1
+
+
+def test_cli_start_up_does_not_import_torch_for_inspect(workspace, tmp_path):
+    code = (
+        "import sys; from tensorcode import cli; "
+        f"cli.main(['inspect', {str(workspace / 'tool')!r}]); "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ENV, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.integration
+def test_installed_script_trains_from_another_folder(workspace, tmp_path):
+    """``pip install`` the repository into a fresh environment and run its ``tensorcode`` script elsewhere."""
+    # Built from a copy (an in-tree build leaves build/ and *.egg-info behind) with this environment's setuptools,
+    # no build isolation and no index; the fresh environment's own pip installs the wheel.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(ROOT / "tensorcode", source / "tensorcode", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+         "--wheel-dir", str(tmp_path / "dist"), str(source)],
+        check=True, timeout=300,
+    )
+    (wheel,) = (tmp_path / "dist").glob("tensorcode-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    # The test environment is itself a virtual environment, so "system" means the base interpreter's packages:
+    # this environment's packages (torch, safetensors) are added after the new one's own site-packages instead.
+    (site,) = (venv / "lib").glob("python*/site-packages")
+    (site / "test-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    pip = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )
+    assert pip.returncode == 0, pip.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in ENV.items() if k != "PYTHONPATH"}
+    script = str(venv / "bin" / "tensorcode")
+    done = subprocess.run(
+        [script, "train", str(workspace / "tool"), str(workspace / "experiences"), "-o", "trained", "--epochs", "2",
+         "--device", "cpu"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "trained decision: 12 steps" in done.stdout
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import tensorcode; print(tensorcode.__file__)"],
+                           cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert str(venv) in where.stdout, where.stdout  # the installed copy, not the checkout
+    evaluate = subprocess.run([script, "evaluate", "trained", str(workspace / "experiences")], cwd=elsewhere,
+                              env=env, capture_output=True, text=True, timeout=300)
+    assert evaluate.returncode == 0 and evaluate.stdout.startswith("top1 "), evaluate.stderr
+
+    # The README's worked example, as written, from a fresh folder, with this environment's commands on PATH.
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Training offline"):]
+    section = section[: section.index("\n## ", 1)]
+    install, example = (block.split("\n```")[0] for block in section.split("```sh\n")[1:3])
+    assert install.strip() == 'pip install ".[tools]"'
+    folder = tmp_path / "readme"
+    folder.mkdir()
+    shell = subprocess.run(["bash", "-e", "-c", example], cwd=folder, capture_output=True, text=True, timeout=600,
+                           env={**env, "PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}"})
+    assert shell.returncode == 0, shell.stderr
+    assert "trained decision: 120 steps" in shell.stdout and "top1 " in shell.stdout
