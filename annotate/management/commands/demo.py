@@ -24,6 +24,11 @@ def worker_command() -> list[str]:
         "annotate",
         "worker",
         "--pool=solo",
+        # The default queue (predictions, imports, exports) and the gpu queue (training jobs), plus the beat
+        # scheduler that re-queues jobs whose worker died: one process is the whole back end of the demo.
+        "-Q",
+        "celery,gpu",
+        "--beat",
         "--concurrency=1",
         "--without-gossip",
         "--without-mingle",
