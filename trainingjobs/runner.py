@@ -47,6 +47,8 @@ def train(job_id: int, owner: str) -> str:
         result = _run(job, tool, files, device, reporter)
         if reporter.stalled:
             return "stalled"  # the lease runs out and the sweep re-queues the job
+        # Points throttled in memory when an earlier worker died are not in the table; the run's history has them.
+        reporter.backfill(result.losses, steps_per_epoch=len(files))
         reporter.flush(force=True)
         if reporter.lost:
             return "lease lost"
@@ -148,6 +150,16 @@ class _Reporter:
             if time.monotonic() > self._lease_deadline - margin:
                 logger.warning("job %s: lease about to expire without a heartbeat; stopping", self.job_id)
                 self.stalled = True
+
+    def backfill(self, losses: list[float], *, steps_per_epoch: int) -> None:
+        """Write the points of `losses` (the whole run's history, from step 1) that the table lacks."""
+        have = set(LossPoint.objects.filter(job_id=self.job_id).values_list("step", flat=True))
+        have.update(point.step for point in self.points)
+        self.points.extend(
+            LossPoint(job_id=self.job_id, step=step, epoch=(step - 1) // max(1, steps_per_epoch) + 1, loss=loss)
+            for step, loss in enumerate(losses, start=1)
+            if step not in have
+        )
 
     def _write(self) -> None:
         started = time.monotonic()
