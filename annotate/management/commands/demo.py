@@ -24,11 +24,9 @@ def worker_command() -> list[str]:
         "annotate",
         "worker",
         "--pool=solo",
-        # The default queue (predictions, imports, exports) and the gpu queue (training jobs), plus the beat
-        # scheduler that re-queues jobs whose worker died: one process is the whole back end of the demo.
+        # The default queue (predictions, imports, exports) and the gpu queue (training jobs).
         "-Q",
         "celery,gpu",
-        "--beat",
         "--concurrency=1",
         "--without-gossip",
         "--without-mingle",
@@ -69,7 +67,8 @@ class Command(BaseCommand):
             f"or {demo.REVIEWER[0]} / {demo.REVIEWER[1]} (reviewer)."
         )
 
-        worker = subprocess.Popen(worker_command(), cwd=settings.BASE_DIR)
+        # --beat adds the scheduler that re-queues jobs whose worker died: one process is the demo's back end.
+        worker = subprocess.Popen([*worker_command(), "--beat"], cwd=settings.BASE_DIR)
         self.stdout.write(f"Celery worker started (pid {worker.pid})")
         self.stdout.flush()
         # runserver stops on Ctrl-C (KeyboardInterrupt); let SIGTERM do so too, so `finally` stops the worker.
