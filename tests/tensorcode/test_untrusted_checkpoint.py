@@ -211,9 +211,29 @@ def test_a_truncated_tensors_file_is_a_refused_load_not_a_crash(saved):
 
 
 # -- killed saves, concurrent saves ---------------------------------------------------------------------------------
-def _saving_child(trainer, directory: Path, write_fd: int) -> None:
-    """In a forked child: save forever, reporting each generation that training.json now names."""
+_SAVE_CALLS = ("open", "fsync", "replace", "unlink", "rename")
+
+
+def _saving_child(trainer, directory: Path, write_fd: int, stop_at: int) -> None:
+    """In a forked child: save forever, reporting each generation that training.json now names, and freeze just
+    before the ``stop_at``-th file-system call of the saves (an open, fsync, replace, unlink or rename), so that
+    the parent's SIGKILL lands at a chosen point of a save instead of wherever a timer happens to fall."""
     try:
+        calls = 0
+
+        def counted(real):
+            def call(*args, **kwargs):
+                nonlocal calls
+                calls += 1
+                if calls == stop_at:
+                    os.write(write_fd, b"frozen\n")
+                    os.read(os.pipe()[0], 1)  # blocks until killed
+                return real(*args, **kwargs)
+
+            return call
+
+        for name in _SAVE_CALLS:
+            setattr(os, name, counted(getattr(os, name)))
         os.write(write_fd, b"ready\n")
         while True:
             trainer.save_checkpoint(directory, progress={"pid": os.getpid()})
@@ -224,21 +244,22 @@ def _saving_child(trainer, directory: Path, write_fd: int) -> None:
 
 @pytest.mark.scale
 def test_saves_killed_many_times_leave_no_garbage(tmp_path):
-    """A real process SIGKILLed at random points of its saves, thirty times: the next save reclaims every
-    temporary file and every generation that never became current, so only generations training.json once
-    named remain (the spec keeps those)."""
+    """A real process SIGKILLed at thirty chosen points of its saves: the next save reclaims every temporary
+    file and every generation that never became current, so only generations training.json once named remain
+    (the spec keeps those)."""
     directory = tmp_path / "run"
     referenced: set[str] = set()
     rng = random.Random(0)
-    trainer = make(width=512)  # ~3 MiB of tensors with Adam state: a save takes a while
+    trainer = make(width=512)  # ~3 MiB of tensors with Adam state
     gc.freeze()  # a child's garbage collection would otherwise copy the whole test process's heap
+    left_temporaries = 0
     try:
         for _ in range(30):
-            _kill_a_saving_child(trainer, directory, rng, referenced)
+            _kill_a_saving_child(trainer, directory, rng.randrange(1, 25), referenced)
+            left_temporaries += any(n.endswith(".tmp") for n in os.listdir(directory))
     finally:
         gc.unfreeze()
-    left = os.listdir(directory)
-    assert any(n.endswith(".tmp") for n in left), "no kill landed inside a save; the test proves nothing"
+    assert left_temporaries >= 5, f"only {left_temporaries} kills left a temporary file: the test proves little"
     trainer.save_checkpoint(directory, progress={"final": True})
     names = set(os.listdir(directory))
     current = manifest(directory)["tensors"]["file"]
@@ -250,19 +271,20 @@ def test_saves_killed_many_times_leave_no_garbage(tmp_path):
     assert trainer.load_checkpoint(directory) == {"final": True}
 
 
-def _kill_a_saving_child(trainer, directory: Path, rng: random.Random, referenced: set) -> None:
+def _kill_a_saving_child(trainer, directory: Path, stop_at: int, referenced: set) -> None:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
         os.close(read_fd)
-        _saving_child(trainer, directory, write_fd)
+        _saving_child(trainer, directory, write_fd, stop_at)
     os.close(write_fd)
     with os.fdopen(read_fd) as pipe:
         assert pipe.readline() == "ready\n"
-        time.sleep(rng.uniform(0.0, 0.1))
+        while (line := pipe.readline()) != "frozen\n":
+            assert line, "the saving child exited before it froze"
+            referenced.add(line.strip())  # each generation the child saw current, but the last...
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        referenced.update(pipe.read().split())  # each generation the child saw current, but the last...
     if (directory / "training.json").exists():
         referenced.add(manifest(directory)["tensors"]["file"])  # ...which is current right after the kill
 
