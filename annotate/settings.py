@@ -105,6 +105,9 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Redis redelivers a message still unacknowledged after this long; a job's lease makes that redelivery harmless.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(os.environ.get("TC_BROKER_VISIBILITY_TIMEOUT", 3600))}
+if os.environ.get("TC_BROKER_KEYPREFIX"):
+    # Deployments (or concurrent test runs) sharing one Redis database keep their queues apart by key prefix.
+    CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = os.environ["TC_BROKER_KEYPREFIX"]
 # `celery beat` re-queues jobs whose worker stopped sending heartbeats (trainingjobs.tasks.sweep_jobs).
 CELERY_BEAT_SCHEDULE = {
     "trainingjobs-sweep": {"task": "trainingjobs.tasks.sweep_jobs", "schedule": float(os.environ.get(

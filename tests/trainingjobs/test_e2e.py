@@ -49,7 +49,7 @@ def test_admin_launches_watches_and_promotes_a_job(live_server, browser_page, pr
     page.fill("input[name=password]", "a-long-password")
     page.click("button[type=submit], input[type=submit]")
     page.goto(f"{live_server.url}/jobs/projects/{project.slug}/")
-    page.fill("input[name=epochs]", "12")
+    page.fill("input[name=epochs]", "40")  # long enough (~10 s) for the page to poll it mid-run
     page.click("#launch-form summary")
     page.fill("input[name=minibatch_size]", "2")
     page.fill("input[name=held_out_fraction]", "0.1")

@@ -29,6 +29,8 @@ from trainingjobs.models import JobState, TrainingJob
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 REDIS_URL = os.environ.get("TC_JOBS_REDIS_URL", "redis://127.0.0.1:6379/13")
+# Queues of their own, so that another test run's workers on the same Redis cannot take this run's jobs.
+KEYPREFIX = f"tc-test-{os.getpid()}-"
 # Long enough for a worker to be killed, cancelled or cut off mid-run; a step takes a few milliseconds.
 LONG = {"epochs": 15, "minibatch_size": 2, "checkpoint_interval": 25, "lr": 0.05, "held_out_fraction": 0.1}
 
@@ -43,11 +45,13 @@ class Workers:
         # Not the current app: shared tasks would then resolve to this client's copies.
         self.client = Celery("client", broker=REDIS_URL, set_as_current=False)
         self.client.conf.task_routes = settings.CELERY_TASK_ROUTES
+        self.client.conf.broker_transport_options = {"global_keyprefix": KEYPREFIX}
 
     def start(self, name: str, *, lease_seconds: float = 3.0) -> subprocess.Popen:
         env = {key: value for key, value in os.environ.items() if not key.startswith(("CELERY_", "TC_"))}
         env.update(
             CELERY_BROKER_URL=REDIS_URL,
+            TC_BROKER_KEYPREFIX=KEYPREFIX,
             TC_DATABASE=self.database_url,
             TC_DATA_DIR=str(self.tmp_path / "data"),
             TC_ARTIFACT_DIR=str(settings.TC_ARTIFACT_DIR),
@@ -95,6 +99,13 @@ class Workers:
         return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(self.tmp_path.glob("*.log")))
 
 
+def _empty_queues() -> None:
+    """Drop what an earlier test of this run left in its queues (other runs' keys are not ours to touch)."""
+    client = redis.Redis.from_url(REDIS_URL)
+    for key in client.scan_iter(f"{KEYPREFIX}*"):
+        client.delete(key)
+
+
 def _database_url(port: int | None = None) -> str:
     params = connection.settings_dict
     return (
@@ -105,7 +116,7 @@ def _database_url(port: int | None = None) -> str:
 
 @pytest.fixture
 def redis_workers(tmp_path, monkeypatch):
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    _empty_queues()
     workers = Workers(tmp_path, _database_url())
     monkeypatch.setattr("trainingjobs.tasks.train_job.delay", workers.send)
     monkeypatch.setattr("trainingjobs.tasks.repredict_pending.delay", workers.send_repredict)
@@ -196,7 +207,7 @@ def test_base_version_deleted_while_queued_fails_the_job(project, data, redis_wo
 
 def test_database_unreachable_during_a_heartbeat_is_retried(project, data, tmp_path, wait_until, monkeypatch) -> None:
     proxy = _Proxy(int(connection.settings_dict["PORT"] or 5432))
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    _empty_queues()
     workers = Workers(tmp_path, _database_url(proxy.port))
     try:
         workers.start("w1", lease_seconds=30)
