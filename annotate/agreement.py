@@ -97,6 +97,22 @@ def agrees(measure: str, a: Any, b: Any, inputs: Any = None) -> bool:
     return pair_score(measure, a, b, inputs) >= 1.0
 
 
+def disagree(measure: str, targets: Sequence[Any], inputs: Any = None) -> bool:
+    """Whether one item's final targets disagree: two or more of them, and some pair does not agree outright."""
+    return len(targets) >= 2 and not all(
+        agrees(measure, a, b, inputs) for a, b in itertools.combinations(targets, 2)
+    )
+
+
+def item_disagreement(item) -> bool:
+    """`disagree` over `item`'s final targets as stored now (what `Item.disagreement` holds)."""
+    from annotate.models import Answer, AnswerKind
+
+    project = item.project
+    targets = list(Answer.objects.filter(item=item, kind=AnswerKind.TARGET).values_list("target", flat=True))
+    return disagree(measure_of(project.tool, project.mode), targets, item.inputs)
+
+
 def cohen_kappa(pairs: Sequence[tuple[str, str]]) -> float | None:
     """Cohen's kappa of two raters' labels on the same items; None with no items or no variation possible."""
     n = len(pairs)

@@ -109,6 +109,10 @@ class Project(models.Model):
         """Provenance of a review: `review:<project>/<item>/<reviewer>`."""
         return f"review:{self.slug}/{item_id}/{user.get_username()}"
 
+    def adjudication_source_for(self, item_id: int, user) -> str:
+        """Provenance of an adjudicated target: `adjudication:<project>/<item>/<admin>`."""
+        return f"adjudication:{self.slug}/{item_id}/{user.get_username()}"
+
 
 class Membership(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
@@ -215,6 +219,11 @@ class Item(models.Model):
     final_answers = models.PositiveIntegerField(
         default=0, help_text="Final answers (targets and skips) so far; the item is done at the project's overlap."
     )
+    disagreement = models.BooleanField(
+        default=False, editable=False,
+        help_text="Two or more reviewers gave final targets that do not all agree (annotate.agreement); kept up "
+                  "to date whenever the item's final answers change, so lists can filter on it.",
+    )
     claimed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -228,6 +237,7 @@ class Item(models.Model):
         indexes = [
             models.Index(fields=["project", "status", "confidence", "created_at", "id"], name="item_queue_order"),
             models.Index(fields=["project", "created_at"], name="item_project_created"),
+            models.Index(fields=["project", "disagreement", "id"], name="item_disagreement"),
         ]
 
     def __str__(self) -> str:
@@ -330,6 +340,57 @@ class AnswerRevision(models.Model):
 
     def __str__(self) -> str:
         return f"revision {self.pk} of answer {self.answer_id}"
+
+
+class AdjudicationKind(models.TextChoices):
+    PICKED = "picked", "A reviewer's answer"
+    WRITTEN = "written", "Written by the admin"
+    DISTRIBUTION = "distribution", "The reviewers' distribution"
+
+
+class Adjudication(models.Model):
+    """An admin's final target for an item its reviewers disagree on, with its own provenance.
+
+    Exports carry this target instead of the reviewers' answers (`annotate.export`). Adjudicating again replaces
+    the target; every state is kept in `revisions` (see `annotate.adjudication.adjudicate`).
+    """
+
+    item = models.OneToOneField(Item, on_delete=models.CASCADE, related_name="adjudication")
+    kind = models.CharField(max_length=16, choices=AdjudicationKind.choices)
+    target = models.JSONField()
+    chosen_answer = models.ForeignKey(
+        Answer, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The reviewer's answer the admin picked; empty when the admin wrote the target.",
+    )
+    adjudicator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    source = models.CharField(max_length=300, help_text="Provenance: adjudication:<project>/<item>/<admin>.")
+    note = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["item_id"]
+
+    def __str__(self) -> str:
+        return f"adjudication of item {self.item_id} by {self.adjudicator}"
+
+
+class AdjudicationRevision(models.Model):
+    """One state of an adjudication; re-adjudicating adds one, nothing is overwritten silently."""
+
+    adjudication = models.ForeignKey(Adjudication, on_delete=models.CASCADE, related_name="revisions")
+    kind = models.CharField(max_length=16, choices=AdjudicationKind.choices)
+    target = models.JSONField()
+    chosen_answer = models.ForeignKey(Answer, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    adjudicator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    note = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"revision {self.pk} of adjudication {self.adjudication_id}"
 
 
 class ApiTokenQuerySet(models.QuerySet):

@@ -16,7 +16,7 @@ from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subque
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from annotate import tooling
+from annotate import agreement, tooling
 from annotate.models import (
     FINAL_KINDS,
     Answer,
@@ -177,7 +177,9 @@ def undo_last(project: Project, user, *, now=None) -> Answer | None:
         answer = _write(answer, item, user, AnswerKind.DRAFT, answer.target, answer.skip_reason, "undone")
         item.final_answers = max(0, item.final_answers - 1)
         item.status = ItemStatus.READY if item.prediction_id else ItemStatus.PENDING
-        item.save(update_fields=["final_answers", "status"])
+        item.project = project
+        item.disagreement = agreement.item_disagreement(item)
+        item.save(update_fields=["final_answers", "status", "disagreement"])
         if item.status == ItemStatus.READY and _free_slots(item, user, project, now) > 0:
             _claim(item, user, now + timedelta(seconds=project.lease_seconds))
         return answer
@@ -259,11 +261,16 @@ def _finish(item: Item, user, kind: str, target, reason: str, now) -> Outcome:
 
 
 def _settle(item: Item, project: Project) -> None:
-    """Done once the overlap is reached: "done" if any reviewer gave a target, "skipped" if all skipped."""
+    """Done once the overlap is reached: "done" if any reviewer gave a target, "skipped" if all skipped.
+
+    Also refreshes `Item.disagreement`, since every change to a final answer passes through here (or undo).
+    """
     if item.final_answers >= project.overlap:
         targets = Answer.objects.filter(item=item, kind=AnswerKind.TARGET).exists()
         item.status = ItemStatus.DONE if targets else ItemStatus.SKIPPED
-    item.save(update_fields=["final_answers", "status"])
+    item.project = project
+    item.disagreement = agreement.item_disagreement(item)
+    item.save(update_fields=["final_answers", "status", "disagreement"])
 
 
 def _write(answer: Answer | None, item: Item, user, kind: str, target, reason: str, note: str) -> Answer:

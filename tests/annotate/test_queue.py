@@ -276,3 +276,45 @@ def test_overlap_cannot_be_lowered_below_existing_answers(ready_items, project, 
     project.overlap = 1
     with pytest.raises(ValidationError, match="already have 2 answers"):
         project.full_clean()
+
+
+def _two_answers(project, item, reviewer, second_reviewer, first: str, second: str) -> None:
+    project.overlap = 2
+    project.save()
+    for user, target in ((reviewer, first), (second_reviewer, second)):
+        assert queue.claim_next(project, user) == item
+        queue.submit(item, user, target)
+    item.refresh_from_db()
+
+
+def test_different_targets_mark_the_item_as_a_disagreement(ready_items, project, reviewer, second_reviewer) -> None:
+    (item,) = ready_items(project, [0.1])
+
+    _two_answers(project, item, reviewer, second_reviewer, "db", "dns")
+
+    assert item.disagreement is True
+
+
+def test_equal_targets_and_a_single_target_are_no_disagreement(ready_items, project, reviewer,
+                                                                second_reviewer) -> None:
+    agreed, single = ready_items(project, [0.1, 0.2])
+    _two_answers(project, agreed, reviewer, second_reviewer, "db", "db")
+    queue.claim_next(project, reviewer)
+    queue.submit(single, reviewer, "dns")
+    single.refresh_from_db()
+
+    assert (agreed.disagreement, single.disagreement) == (False, False)
+
+
+def test_edit_and_undo_keep_the_disagreement_flag_current(ready_items, project, reviewer, second_reviewer) -> None:
+    (item,) = ready_items(project, [0.1])
+    _two_answers(project, item, reviewer, second_reviewer, "db", "dns")
+
+    queue.submit(item, second_reviewer, "db")  # an edit: now they agree
+    item.refresh_from_db()
+    assert item.disagreement is False
+
+    queue.submit(item, second_reviewer, "dns")
+    queue.undo_last(project, second_reviewer)  # sam's answer becomes a draft: one target left
+    item.refresh_from_db()
+    assert (item.disagreement, item.final_answers) == (False, 1)
