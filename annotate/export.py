@@ -21,8 +21,18 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from annotate import storage, tooling
-from annotate.models import Answer, AnswerKind, Export, ExportFormat, ExportState, ItemStatus, Project
+from annotate import agreement, storage, tooling
+from annotate.models import (
+    Adjudication,
+    AdjudicationKind,
+    Answer,
+    AnswerKind,
+    Export,
+    ExportFormat,
+    ExportState,
+    ItemStatus,
+    Project,
+)
 
 MANIFEST = "manifest.json"
 JSONL = "answers.jsonl"
@@ -114,6 +124,27 @@ def selected_answers(project: Project, filters: dict) -> QuerySet[Answer]:
     return answers.order_by("id")
 
 
+def selected_records(project: Project, filters: dict) -> Iterator[Answer | Adjudication]:
+    """What an export writes: the selected answers, except that an item with an adjudication contributes its
+    adjudicated target once (source `adjudication:<project>/<item>/<admin>`) instead of its reviewers' answers.
+
+    The filters select answers; an adjudicated item is exported when any of its answers is selected. Answers
+    come first in id order, then adjudications in item order; both have `item`, `target` and `source`.
+    """
+    answers = selected_answers(project, filters)
+    plain = answers.filter(item__adjudication__isnull=True).select_related("item", "reviewer")
+    yield from plain.iterator(chunk_size=CHUNK)
+    adjudicated = Adjudication.objects.filter(item__in=answers.values("item_id")).select_related("item", "adjudicator")
+    yield from adjudicated.order_by("item_id").iterator(chunk_size=CHUNK)
+
+
+def selected_count(project: Project, filters: dict) -> int:
+    """How many records `selected_records` yields."""
+    answers = selected_answers(project, filters)
+    return (answers.filter(item__adjudication__isnull=True).count()
+            + Adjudication.objects.filter(item__in=answers.values("item_id")).count())
+
+
 def create_export(project: Project, user, *, filters: Any = None, minibatch_size: int = 32,
                   format: str = ExportFormat.EXPERIENCE, enqueue: bool = True) -> Export:
     """Validate, count and record an export, and queue its task when the transaction commits.
@@ -127,7 +158,7 @@ def create_export(project: Project, user, *, filters: Any = None, minibatch_size
         raise ValueError(f"minibatch_size: expected an integer from 1 to {MAX_MINIBATCH}, got {minibatch_size!r}")
     if format not in ExportFormat.values:
         raise ValueError(f"format: expected one of {', '.join(ExportFormat.values)}, got {format!r}")
-    total = selected_answers(project, clean).count()
+    total = selected_count(project, clean)
     if total == 0:
         raise NothingSelected("export: no reviewed answers match these filters, so there is nothing to export")
     with transaction.atomic():
@@ -180,8 +211,16 @@ def archive_path(export: Export) -> Path:
     return export.directory / archive_name(export.pk)
 
 
-def jsonl_record(answer: Answer) -> dict:
-    """One line of the flat export."""
+def jsonl_record(answer: Answer | Adjudication) -> dict:
+    """One line of the flat export. An adjudicated target names its admin as `reviewer` and its kind as
+    `adjudication`; a distribution also lists the candidate ids its values belong to, in order."""
+    if isinstance(answer, Adjudication):
+        record = {"item": answer.item_id, "inputs": answer.item.inputs, "target": answer.target,
+                  "source": answer.source, "reviewer": answer.adjudicator.get_username(),
+                  "adjudication": answer.kind}
+        if answer.kind == AdjudicationKind.DISTRIBUTION:
+            record["candidates"] = agreement.candidate_ids(answer.item.inputs)
+        return {**record, "created_at": answer.created_at.isoformat(), "updated_at": answer.updated_at.isoformat()}
     return {
         "item": answer.item_id,
         "inputs": answer.item.inputs,
@@ -196,14 +235,14 @@ def jsonl_record(answer: Answer) -> dict:
 # -- internals -------------------------------------------------------------------------------------------------
 def _write_files(export: Export, partial: Path) -> dict:
     project = export.project
-    answers = selected_answers(project, export.filters).select_related("item", "reviewer")
+    answers = selected_records(project, export.filters)
     experience = export.format == ExportFormat.EXPERIENCE
     trainer = tooling.trainer_for_project(project) if experience else None
     files: list[dict] = []
     done = 0
     next_report = time.monotonic()
     with (partial / JSONL).open("w", encoding="utf-8") as jsonl:
-        for batch in _minibatches(answers.iterator(chunk_size=CHUNK), export.minibatch_size):
+        for batch in _minibatches(answers, export.minibatch_size):
             for answer in batch:
                 jsonl.write(json.dumps(jsonl_record(answer), ensure_ascii=False) + "\n")
             if experience:
@@ -241,8 +280,8 @@ def _write_files(export: Export, partial: Path) -> dict:
     }
 
 
-def _minibatches(answers: Iterator[Answer], size: int) -> Iterator[list[Answer]]:
-    batch: list[Answer] = []
+def _minibatches(answers: Iterator[Answer | Adjudication], size: int) -> Iterator[list[Answer | Adjudication]]:
+    batch: list[Answer | Adjudication] = []
     for answer in answers:
         batch.append(answer)
         if len(batch) == size:

@@ -145,3 +145,60 @@ def test_failed_export_records_the_reason(project, project_admin, answered, monk
     assert export.state == ExportState.FAILED
     assert export.error == "OSError: disk full"
     assert not (export.directory / "manifest.json").exists()
+
+
+@pytest.fixture
+def disputed(ready_items, project, reviewer, second_reviewer):
+    """Overlap 2: on the first item rita says "db" and sam "dns"; on the second both say "db"."""
+    from annotate.models import Project
+
+    Project.objects.filter(pk=project.pk).update(overlap=2)
+    project.refresh_from_db()
+    items = ready_items(project, [0.1, 0.2])
+    for item, targets in zip(items, (("db", "dns"), ("db", "db")), strict=True):
+        for user, target in zip((reviewer, second_reviewer), targets, strict=True):
+            assert queue.claim_next(project, user) == item
+            assert queue.submit(item, user, target).ok
+    return items
+
+
+def test_an_adjudicated_item_exports_its_adjudicated_target_instead_of_its_answers(
+    project, project_admin, disputed
+) -> None:
+    from annotate import adjudication
+
+    split, agreed = disputed
+    adjudication.adjudicate(split, project_admin, target="dns")
+    export = exports.create_export(project, project_admin, minibatch_size=8, enqueue=False)
+    assert export.total == 3  # two answers on the agreed item, one adjudicated target
+
+    exports.run(export)
+
+    lines = [json.loads(line) for line in (export.directory / "answers.jsonl").read_text().splitlines()]
+    assert [(line["item"], line["target"], line["source"]) for line in lines] == [
+        (agreed.pk, "db", f"review:outages/{agreed.pk}/rita"),
+        (agreed.pk, "db", f"review:outages/{agreed.pk}/sam"),
+        (split.pk, "dns", f"adjudication:outages/{split.pk}/ada"),
+    ]
+    assert (lines[2]["reviewer"], lines[2]["adjudication"]) == ("ada", "written")
+    trainer = tooling.trainer_for(project.current_version)
+    experience = training.load_experience(export.directory / "part-00001.json", operations=trainer.operations)
+    sources = [s for record in experience.supervisions
+               for s in (record.source if isinstance(record.source, tuple) else [record.source])]
+    assert sources == [line["source"] for line in lines]
+
+
+def test_a_distribution_target_exports_with_its_candidates_and_trains(project, project_admin, disputed) -> None:
+    from annotate import adjudication
+
+    split, _ = disputed
+    adjudication.adjudicate(split, project_admin, distribution=True)
+
+    export = exports.create_export(project, project_admin, filters={"item_ids": [split.pk]}, enqueue=False)
+    exports.run(export)
+
+    (line,) = [json.loads(x) for x in (export.directory / "answers.jsonl").read_text().splitlines()]
+    assert (line["target"], line["candidates"], line["adjudication"]) == ([0.5, 0.5], ["db", "dns"], "distribution")
+    trainer = tooling.trainer_for(project.current_version)
+    experience = training.load_experience(export.directory / "part-00001.json", operations=trainer.operations)
+    assert len(trainer.fit([experience])) == 1
