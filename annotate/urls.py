@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from annotate.views import pages, projects, review, transfer
+from annotate.views import agreement, pages, projects, review, transfer
 
 project = "projects/<slug:slug>/"
 
@@ -28,6 +28,12 @@ urlpatterns = [
     path(project + "items/<int:pk>/", review.item_detail, name="item_detail"),
     path(project + "items/<int:pk>/submit/", review.item_submit, name="item_submit"),
     path(project + "items/<int:pk>/skip/", review.item_skip, name="item_skip"),
+    path(project + "agreement/", agreement.agreement_page, name="agreement_page"),
+    path(project + "disagreements/", agreement.disagreement_list, name="disagreement_list"),
+    path(project + "disagreements/distribution/", agreement.adjudicate_all_distribution,
+         name="adjudicate_all_distribution"),
+    path(project + "items/<int:pk>/adjudicate/", agreement.adjudication_page, name="adjudication_page"),
+    path(project + "items/<int:pk>/adjudicate/submit/", agreement.adjudicate, name="adjudicate"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -68,6 +68,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         context["upload_form"] = ExperienceUploadForm()
         context["uploads"] = project.experience_uploads.all()[:5]
         context["reviewers"] = _reviewer_progress(project)
+        context["open_disagreements"] = project.items.filter(disagreement=True, adjudication__isnull=True).count()
     return render(request, "annotate/project_detail.html", context)
 
 

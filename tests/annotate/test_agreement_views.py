@@ -1,0 +1,230 @@
+"""Agreement, disagreement and adjudication pages: who sees them, what they show, what a POST stores."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from annotate import queue
+from annotate.models import Adjudication, Answer, Membership, Project, Role
+from tests.annotate.conftest import make_ready_items as ready_items
+
+pytestmark = pytest.mark.django_db
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def labelled(project, reviewer, second_reviewer):
+    """Overlap 2: rita and sam disagree on the first item ("db" / "dns") and agree on the second."""
+    Project.objects.filter(pk=project.pk).update(overlap=2)
+    project.refresh_from_db()
+    items = ready_items(project, [0.1, 0.2])
+    for item, targets in zip(items, (("db", "dns"), ("db", "db")), strict=True):
+        for user, target in zip((reviewer, second_reviewer), targets, strict=True):
+            assert queue.claim_next(project, user) == item
+            queue.submit(item, user, target)
+    return items
+
+
+def _urls(project, item) -> dict[str, str]:
+    return {
+        "agreement": reverse("agreement_page", args=[project.slug]),
+        "list": reverse("disagreement_list", args=[project.slug]),
+        "page": reverse("adjudication_page", args=[project.slug, item.pk]),
+        "post": reverse("adjudicate", args=[project.slug, item.pk]),
+        "all": reverse("adjudicate_all_distribution", args=[project.slug]),
+    }
+
+
+def test_agreement_page_shows_percent_agreement_kappa_and_pairs(client, project, project_admin, labelled) -> None:
+    client.force_login(project_admin)
+
+    page = client.get(reverse("agreement_page", args=[project.slug])).content.decode()
+
+    assert '<strong id="percent-agreement">50%</strong>' in page
+    assert '<strong id="fleiss-kappa">-0.33</strong>' in page and "worse than chance" in page
+    assert "<td>rita · sam</td><td>2</td><td>1</td><td>50%</td>" in page
+    assert '<svg class="pair-chart"' in page and 'width="50.0"' in page
+
+
+def test_agreement_page_explains_what_to_do_when_nothing_can_be_compared(client, project, project_admin) -> None:
+    client.force_login(project_admin)
+
+    page = client.get(reverse("agreement_page", args=[project.slug])).content.decode()
+
+    assert "Nothing to compare yet" in page and "overlap 1" in page
+
+
+def test_reviewers_get_403_and_outsiders_404_on_every_agreement_page(client, project, reviewer, outsider,
+                                                                     labelled) -> None:
+    urls = _urls(project, labelled[0])
+    for user, status in ((reviewer, 403), (outsider, 404)):
+        client.force_login(user)
+        for name in ("agreement", "list", "page"):
+            assert client.get(urls[name]).status_code == status, (user, name)
+        for name in ("post", "all"):
+            assert client.post(urls[name], {"answer": "1"}).status_code == status, (user, name)
+    assert not Adjudication.objects.exists()
+
+
+def test_another_projects_admin_cannot_reach_this_project(client, project, labelled, outsider) -> None:
+    other = Project.objects.create(slug="other", name="Other", tool="decision", mode="rank")
+    Membership.objects.create(project=other, user=outsider, role=Role.ADMIN)
+    client.force_login(outsider)
+
+    urls = _urls(project, labelled[0])
+    assert client.get(urls["page"]).status_code == 404
+    assert client.post(urls["post"], {"choice": "db"}).status_code == 404
+    # Nor can this project's item be reached through the other project's address.
+    assert client.get(reverse("adjudication_page", args=["other", labelled[0].pk])).status_code == 404
+
+
+def test_disagreement_list_shows_open_items_with_each_reviewers_target(client, project, project_admin,
+                                                                      labelled) -> None:
+    split, agreed = labelled
+    client.force_login(project_admin)
+
+    page = client.get(reverse("disagreement_list", args=[project.slug])).content.decode()
+
+    assert reverse("adjudication_page", args=[project.slug, split.pk]) in page
+    assert reverse("adjudication_page", args=[project.slug, agreed.pk]) not in page
+    assert "The database was unreachable." in page and "A DNS record expired." in page
+
+
+def test_disagreement_list_filters_with_htmx_and_keeps_adjudicated_items_under_all(
+    client, project, project_admin, labelled
+) -> None:
+    split, _ = labelled
+    client.force_login(project_admin)
+    client.post(reverse("adjudicate", args=[project.slug, split.pk]), {"choice": "db"})
+    url = reverse("disagreement_list", args=[project.slug])
+
+    open_items = client.get(url, **HX).content.decode()
+    every = client.get(url + "?show=all", **HX).content.decode()
+
+    assert open_items.startswith("{#") or open_items.lstrip().startswith('<section id="disagreements"')
+    assert "No open disagreements." in open_items
+    assert f"Item {split.pk}</a>" in every and "Written by the admin</span> by ada" in every
+
+
+def test_empty_disagreement_list_says_why(client, project, project_admin) -> None:
+    client.force_login(project_admin)
+
+    page = client.get(reverse("disagreement_list", args=[project.slug])).content.decode()
+
+    assert "No disagreements yet." in page and "No item has targets from two reviewers" in page
+
+
+def test_adjudication_page_shows_each_target_side_by_side_with_pick_keys(client, project, project_admin,
+                                                                        labelled) -> None:
+    client.force_login(project_admin)
+
+    page = client.get(reverse("adjudication_page", args=[project.slug, labelled[0].pk])).content.decode()
+
+    assert 'aria-label="rita\'s target"' in page and 'aria-label="sam\'s target"' in page
+    assert 'data-shortcut="1">Pick this <kbd>1</kbd>' in page and 'data-shortcut="2">Pick this <kbd>2</kbd>' in page
+    assert 'data-shortcut="d">Use this distribution' in page
+    assert 'name="choice"' in page  # the write-your-own editor is the reviewers' choice editor
+
+
+def test_picking_an_answer_with_htmx_stores_it_and_answers_with_the_workspace(client, project, project_admin,
+                                                                             second_reviewer, labelled) -> None:
+    split, _ = labelled
+    sams = Answer.objects.get(item=split, reviewer=second_reviewer)
+    client.force_login(project_admin)
+
+    response = client.post(reverse("adjudicate", args=[project.slug, split.pk]), {"answer": sams.pk}, **HX)
+
+    body = response.content.decode()
+    assert response.status_code == 200 and 'id="workspace"' in body
+    assert f"Item {split.pk} adjudicated: picked sam&#x27;s answer." in body
+    stored = Adjudication.objects.get()
+    assert (stored.target, stored.chosen_answer, stored.source) == ("dns", sams, f"adjudication:outages/{split.pk}/ada")
+
+
+def test_a_written_target_and_the_distribution_are_stored(client, project, project_admin, labelled) -> None:
+    split, _ = labelled
+    client.force_login(project_admin)
+    url = reverse("adjudicate", args=[project.slug, split.pk])
+
+    client.post(url, {"split": "1", "share-0": "3", "share-1": "1", "note": "mostly the database"})
+    assert (Adjudication.objects.get().target, Adjudication.objects.get().note) == ([0.75, 0.25],
+                                                                                   "mostly the database")
+    client.post(url, {"distribution": "1"})
+    assert Adjudication.objects.get().target == [0.5, 0.5]
+
+
+def test_adjudicating_an_item_without_disagreement_is_refused_in_place(client, project, project_admin,
+                                                                       labelled) -> None:
+    _, agreed = labelled
+    client.force_login(project_admin)
+    url = reverse("adjudicate", args=[project.slug, agreed.pk])
+
+    plain = client.post(url, {"choice": "dns"})
+    htmx = client.post(url, {"choice": "dns"}, **HX)
+
+    assert plain.status_code == 409
+    assert "nothing to adjudicate: its reviewers do not disagree (all 2 final targets agree)" in plain.content.decode()
+    assert htmx["HX-Retarget"] == "#adjudicate-error" and "nothing to adjudicate" in htmx.content.decode()
+    assert not Adjudication.objects.exists()
+    page = client.get(reverse("adjudication_page", args=[project.slug, agreed.pk])).content.decode()
+    assert "there is nothing to adjudicate" in page and "Pick this" not in page
+
+
+def test_an_incomplete_or_foreign_request_is_refused_and_nothing_stored(client, project, project_admin,
+                                                                        labelled) -> None:
+    split, agreed = labelled
+    client.force_login(project_admin)
+    url = reverse("adjudicate", args=[project.slug, split.pk])
+    foreign = Answer.objects.filter(item=agreed).first()
+
+    empty = client.post(url, {}, **HX)
+    assert "Choose a candidate" in empty.content.decode()
+    assert client.post(url, {"answer": foreign.pk}).status_code == 404
+    assert client.post(url, {"answer": "x"}).status_code == 400
+    assert not Adjudication.objects.exists()
+
+
+def test_adjudication_posts_need_the_csrf_token(project, project_admin, labelled) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(project_admin)
+    urls = _urls(project, labelled[0])
+
+    assert client.post(urls["post"], {"choice": "db"}).status_code == 403
+    assert client.post(urls["all"]).status_code == 403
+    assert not Adjudication.objects.exists()
+
+
+def test_every_open_item_is_adjudicated_with_its_distribution(client, project, project_admin, labelled) -> None:
+    client.force_login(project_admin)
+
+    response = client.post(reverse("adjudicate_all_distribution", args=[project.slug]), follow=True)
+
+    assert "1 item adjudicated with the reviewers&#x27; distribution" in response.content.decode()
+    assert Adjudication.objects.get().target == [0.5, 0.5]
+
+
+def test_project_page_links_agreement_pages_for_admins_only(client, project, project_admin, reviewer,
+                                                           labelled) -> None:
+    url = reverse("project_detail", args=[project.slug])
+    client.force_login(project_admin)
+    page = client.get(url).content.decode()
+    assert reverse("agreement_page", args=[project.slug]) in page and "1 open</span>" in page
+
+    client.force_login(reviewer)
+    assert reverse("agreement_page", args=[project.slug]) not in client.get(url).content.decode()
+
+
+def test_settings_say_why_the_overlap_cannot_be_lowered_below_existing_answers(client, project, project_admin,
+                                                                              labelled) -> None:
+    client.force_login(project_admin)
+
+    response = client.post(reverse("project_settings", args=[project.slug]), {
+        "name": "Outages", "guidelines": "Pick the cause.", "configuration": '{"dim": 8, "buckets": 64}',
+        "overlap": 1, "lease_seconds": 600,
+    })
+
+    assert "Some items already have 2 answers; the overlap cannot be lower than that." in response.content.decode()
+    project.refresh_from_db()
+    assert project.overlap == 2
