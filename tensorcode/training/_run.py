@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .._checkpoint_state import check_operations
+from .._checkpoint_state import check_operations, read_json
 from .._trace import Trace
 from ..errors import CheckpointError
 from ..experience import load_experience
@@ -234,8 +234,8 @@ class _Saver:
 def _generation(directory: Path) -> str | None:
     """The tensors file ``training.json`` names, if any."""
     try:
-        return json.loads((directory / MANIFEST).read_bytes())["tensors"]["file"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return read_json(directory / MANIFEST, follow=False)["tensors"]["file"]
+    except (ValueError, KeyError, TypeError):  # CheckpointError is a ValueError
         return None
 
 
@@ -271,11 +271,13 @@ def _resume(directory: Path | None, trainer, settings: dict) -> dict | None:
     """The saved cursor after restoring the checkpoint in ``directory``; None when there is none to resume."""
     if directory is None or not (directory / MANIFEST).is_file():
         return None
-    try:
-        manifest = json.loads((directory / MANIFEST).read_text("utf-8"))
+    try:  # untrusted like any checkpoint: size, nesting and symbolic links are checked before anything is parsed
+        manifest = read_json(directory / MANIFEST, follow=False)
         operations = manifest["operations"]
         saved = manifest["progress"].get(PROGRESS_KEY)
-    except (OSError, ValueError, AttributeError, KeyError, TypeError) as exc:
+    except CheckpointError as exc:
+        raise RunError(f"checkpoint_dir: {_line(exc)}") from exc
+    except (AttributeError, KeyError, TypeError) as exc:
         raise RunError(f"checkpoint_dir: cannot read {directory / MANIFEST}: {_line(exc)}") from exc
     try:
         check_operations(operations, trainer.operations)

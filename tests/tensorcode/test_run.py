@@ -252,6 +252,32 @@ def test_plain_trainer_checkpoint_is_not_resumed(tmp_path, experiences):
              "training.run did not write", tmp_path)
 
 
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ("[" + "[]," * 150_000 + "[]]", "cannot read checkpoint JSON: it holds 150,002 arrays and objects"),
+        ("[" * 50_000 + "]" * 50_000, "cannot read checkpoint JSON: nested too deeply"),
+        ('{"operations": NaN}', "non-standard JSON constant NaN"),
+        ("[]", "a checkpoint is a JSON object"),
+    ],
+)
+def test_hostile_run_manifest_is_refused_by_the_hardened_reader(tmp_path, experiences, content, match):
+    """Resume reads ``training.json`` as untrusted, like ``load_checkpoint``: counted, strict, one line."""
+    (tmp_path / "training.json").write_text(content)
+    _refused(lambda: training.run(Decision(dim=16), experiences, checkpoint_dir=tmp_path, device="cpu"),
+             f"^checkpoint_dir: .*training.json: .*{match}", tmp_path)
+
+
+def test_linked_run_manifest_is_not_followed(tmp_path, experiences):
+    checkpoint = tmp_path / "checkpoint"
+    training.run(Decision(dim=16), experiences, epochs=1, checkpoint_dir=tmp_path / "real", device="cpu")
+    checkpoint.mkdir()
+    (checkpoint / "training.json").symlink_to(tmp_path / "real" / "training.json")
+    _refused(lambda: training.run(Decision(dim=16), experiences, checkpoint_dir=checkpoint, device="cpu"),
+             "training.json: cannot read checkpoint: it is a symbolic link", checkpoint)
+
+
 # -- kill -9 ---------------------------------------------------------------------------------------------------
 _WORKER = textwrap.dedent(
     """
