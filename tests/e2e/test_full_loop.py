@@ -27,9 +27,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_
 
 IMPORTED = 16
 LABELLED = 12  # 11 answers and 1 skip; the other 4 items wait for review when the new version is promoted
-# About 9 training records in minibatches of 1: some 700 steps, several seconds of training even on a fast
-# machine, so the page (polling every second) sees the bar part-way.
-EPOCHS = 80
+# About 9 training records in minibatches of 1: some 2,000 steps, about 9 s on one thread of the 2-core
+# development machine, so the page (polling every second) sees the bar part-way even on a faster one.
+EPOCHS = 250
 JOB_TIMEOUT_MS = 300_000
 
 
