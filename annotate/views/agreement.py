@@ -49,8 +49,8 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
     title, explanation = _MEASURES[report.measure]
     pairs = [
         {"a": p.reviewers[0], "b": p.reviewers[1], "items": p.items, "agreed": p.agreed,
-         "percent": targets.percent(p.percent), "width": f"{p.percent or 0:.1f}", "score": targets.fixed(p.score),
-         "kappa": targets.fixed(p.kappa), "kappa_words": targets.kappa_words(p.kappa), "y": 28 * n}
+         "percent": targets.percent(p.percent), "bar": f"{2 * (p.percent or 0):.1f}", "score": targets.fixed(p.score),
+         "kappa": targets.fixed(p.kappa), "kappa_words": targets.kappa_words(p.kappa), "y": 24 * n}
         for n, p in enumerate(report.pairs)
     ]
     context = {
@@ -64,7 +64,7 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
         "kappa_words": targets.kappa_words(report.kappa),
         "mean_score": targets.fixed(report.mean_score),
         "pairs": pairs,
-        "chart_height": 28 * len(pairs) + 4,
+        "chart_height": 24 * len(pairs) + 2,
         "split": _split(report.items, report.agreed, counts["disagreements"], counts["adjudicated"]),
         "open": counts["disagreements"] - counts["adjudicated"],
         "adjudicated": counts["adjudicated"],

@@ -58,6 +58,8 @@ def kappa_words(kappa: float | None) -> str:
     """Kappa in words (Landis and Koch), or an empty string when there is none."""
     if kappa is None:
         return ""
+    if abs(kappa) < 0.005:
+        return "chance level"
     if kappa < 0:
         return "worse than chance"
     for floor, words in _KAPPA_WORDS:

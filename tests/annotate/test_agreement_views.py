@@ -45,7 +45,7 @@ def test_agreement_page_shows_percent_agreement_kappa_and_pairs(client, project,
     assert '<strong id="percent-agreement">50%</strong>' in page
     assert '<strong id="fleiss-kappa">-0.33</strong>' in page and "worse than chance" in page
     assert "<td>rita · sam</td><td>2</td><td>1</td><td>50%</td>" in page
-    assert '<svg class="pair-chart"' in page and 'width="50.0"' in page
+    assert '<svg class="pair-chart"' in page and 'width="100.0"' in page
 
 
 def test_agreement_page_explains_what_to_do_when_nothing_can_be_compared(client, project, project_admin) -> None:

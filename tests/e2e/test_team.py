@@ -1,0 +1,176 @@
+"""A team in real browsers: two reviewers label the same items under overlap 2 (a third gets nothing), the admin
+reads the agreement page, adjudicates the disputed item with the keyboard, and the export carries the
+adjudicated target instead of the reviewers' answers.
+
+Each user has their own browser context (own cookies), as people at their own desks would. Screenshots of every
+page, empty states included, go to the `artifacts` folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from annotate import tasks
+from annotate.models import Adjudication, Answer, AnswerKind, Item, ItemStatus, Membership, ModelVersion, Project, Role
+from tests.annotate.conftest import decision_input
+from tests.e2e.conftest import PASSWORD, sign_in
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def team():
+    """A Decision project with overlap 2, an admin (ada), three reviewers and two predicted items."""
+    users = get_user_model().objects
+    people = {name: users.create_user(name, password=PASSWORD) for name in ("ada", "rita", "sam", "tom")}
+    project = Project.objects.create(slug="outages", name="Outages", tool="decision", mode="rank", overlap=2,
+                                     configuration={"dim": 8, "buckets": 64}, guidelines="Pick the cause.")
+    for name, user in people.items():
+        Membership.objects.create(project=project, user=user, role=Role.ADMIN if name == "ada" else Role.REVIEWER)
+    project.current_version = ModelVersion.objects.allocate(project, label="untrained", trained=False)
+    project.save(update_fields=["current_version"])
+    items = [Item.objects.create(project=project, inputs=decision_input(n)) for n in range(2)]
+    tasks.predict_items(project.pk, [item.pk for item in items])
+    assert Item.objects.filter(project=project, status=ItemStatus.READY).count() == 2
+    return project
+
+
+@pytest.fixture
+def open_page(browser, live_server):
+    """`open_page(username)`: a signed-in page in its own browser context."""
+    contexts, errors = [], []
+
+    def open_page(username: str):
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+        context.set_default_timeout(15_000)
+        contexts.append(context)
+        page = context.new_page()
+        page.on("pageerror", lambda exc: errors.append(f"{username}: {exc}"))
+        page.base_url = live_server.url
+        sign_in(page, username, PASSWORD)
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def item_on(page) -> str:
+    return page.locator("#workspace").get_attribute("data-item")
+
+
+def start_reviewing(page, project: Project) -> None:
+    page.goto(f"{page.base_url}/projects/{project.slug}/")
+    page.get_by_role("button", name="Start reviewing").click()
+    page.wait_for_selector("#workspace")
+
+
+def label(page, key: str) -> None:
+    """Choose candidate `key` and submit with Enter; wait until another item (or the end) is shown."""
+    before = item_on(page)
+    page.keyboard.press(key)
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "n => { const w = document.getElementById('workspace'); return !w.dataset.item || w.dataset.item !== n; }",
+        arg=before,
+    )
+
+
+def test_two_reviewers_disagree_and_the_admin_adjudicates_with_the_keyboard(team, open_page, artifacts,
+                                                                            eager_celery, tmp_path) -> None:
+    project = team
+    admin = open_page("ada")
+
+    # Before anyone labels: both pages say what is missing instead of showing empty tables.
+    admin.goto(f"{admin.base_url}/projects/{project.slug}/")
+    admin.get_by_role("link", name="Agreement", exact=True).click()
+    admin.locator("#agreement-empty").wait_for()
+    admin.screenshot(path=str(artifacts / "agreement-empty.png"), full_page=True)
+    admin.goto(f"{admin.base_url}/projects/{project.slug}/disagreements/")
+    assert "No disagreements yet." in admin.locator("#disagreements-empty").inner_text()
+    admin.screenshot(path=str(artifacts / "disagreements-empty.png"), full_page=True)
+
+    # Overlap 2: rita and sam get the same first item; each gets every item once.
+    rita, sam = open_page("rita"), open_page("sam")
+    start_reviewing(rita, project)
+    start_reviewing(sam, project)
+    first = item_on(rita)
+    assert item_on(sam) == first
+    label(rita, "1")  # rita: the first candidate ("db")
+    second = item_on(rita)
+    assert second != first  # not the same item twice
+    label(sam, "2")  # sam: the second candidate ("dns"): a disagreement
+    assert item_on(sam) == second
+    label(rita, "1")
+    label(sam, "1")  # they agree on the second item
+    for page in (rita, sam):
+        page.get_by_text("Nothing left to review").wait_for()
+    sam.screenshot(path=str(artifacts / "reviewer-queue-empty.png"), full_page=True)
+
+    # A third reviewer gets nothing: both items already have their two answers.
+    tom = open_page("tom")
+    start_reviewing(tom, project)
+    tom.get_by_text("Nothing left to review").wait_for()
+    assert not Answer.objects.filter(reviewer__username="tom").exists()
+    assert Item.objects.get(pk=first).disagreement and not Item.objects.get(pk=second).disagreement
+
+    # The agreement page shows the figures.
+    admin.goto(f"{admin.base_url}/projects/{project.slug}/")
+    admin.get_by_role("link", name=re.compile("Disagreements")).get_by_text("1 open").wait_for()
+    admin.get_by_role("link", name="Agreement", exact=True).click()
+    assert admin.locator("#percent-agreement").inner_text() == "50%"
+    assert admin.locator("#fleiss-kappa").inner_text() == "-0.33"
+    assert "rita · sam" in admin.locator("#pair-table").inner_text()
+    assert admin.locator("svg.pair-chart rect.fill").count() == 1
+    admin.screenshot(path=str(artifacts / "agreement.png"), full_page=True)
+
+    # The disagreement list links the disputed item; the admin opens it and picks sam's target with key 2.
+    admin.get_by_role("button", name="Items where reviewers disagree").click()
+    admin.get_by_role("link", name=f"Item {first}").click()
+    admin.wait_for_selector(f"#workspace[data-item='{first}']")
+    admin.screenshot(path=str(artifacts / "adjudication.png"), full_page=True)
+    admin.keyboard.press("2")
+    admin.locator("#adjudicated-badge").wait_for()
+    assert "adjudicated: picked sam's answer" in admin.locator("#messages").inner_text()
+    admin.screenshot(path=str(artifacts / "adjudicated.png"), full_page=True)
+    adjudication = Adjudication.objects.get(item_id=first)
+    assert (adjudication.target, adjudication.source) == ("dns", f"adjudication:outages/{first}/ada")
+
+    # Changing one's mind is one key away and keeps the history: w opens the editor, 1 chooses, Enter stores.
+    admin.keyboard.press("w")
+    admin.keyboard.press("1")
+    admin.keyboard.press("Enter")
+    admin.get_by_text("adjudicated again (wrote the target)").wait_for()
+    adjudication.refresh_from_db()
+    assert (adjudication.target, adjudication.revisions.count()) == ("db", 2)
+    admin.get_by_role("link", name="Disagreements", exact=True).click()
+    admin.locator("#disagreements-empty").wait_for()
+    admin.screenshot(path=str(artifacts / "disagreements-none-open.png"), full_page=True)
+    admin.get_by_role("link", name="All, adjudicated too").click()
+    admin.get_by_text("Written by the admin").wait_for()
+    admin.screenshot(path=str(artifacts / "disagreements-all.png"), full_page=True)
+
+    # The export carries the adjudicated target for the disputed item, the reviewers' answers for the other.
+    admin.goto(f"{admin.base_url}/projects/{project.slug}/")
+    admin.get_by_role("button", name="Export", exact=True).click()
+    link = admin.get_by_role("link", name=re.compile(r"Download export \d+"))
+    link.wait_for()
+    with admin.expect_download() as download_info:
+        link.click()
+    archive = tmp_path / "export.zip"
+    download_info.value.save_as(archive)
+    with zipfile.ZipFile(archive) as zipped:
+        (name,) = [n for n in zipped.namelist() if n.endswith("answers.jsonl")]
+        lines = [json.loads(line) for line in zipped.read(name).decode().splitlines()]
+    assert sorted((line["item"], line["target"], line["source"]) for line in lines) == sorted([
+        (int(second), "db", f"review:outages/{second}/rita"),
+        (int(second), "db", f"review:outages/{second}/sam"),
+        (int(first), "db", f"adjudication:outages/{first}/ada"),
+    ])
+    assert Answer.objects.filter(item_id=first, kind=AnswerKind.TARGET).count() == 2  # nothing of theirs is lost
