@@ -202,12 +202,16 @@ class ItemQuerySet(models.QuerySet):
         return queue.claim_next(project, user)
 
     def in_queue_order(self) -> ItemQuerySet:
-        """Least confident prediction first, then oldest."""
+        """Least confident prediction first (calibrated when the model has a fitted calibration), then oldest."""
         return self.order_by(F("confidence").asc(nulls_last=True), "created_at", "id")
 
 
 class Item(models.Model):
-    """One tool input to review. `claimed_by`/`claim_expires_at` mirror the latest `Claim` (the truth)."""
+    """One tool input to review. `claimed_by`/`claim_expires_at` mirror the latest `Claim` (the truth).
+
+    `confidence` is the queue's key: the latest prediction's calibrated confidence when its model had a fitted
+    calibration, else its raw confidence (`Prediction.queue_confidence`).
+    """
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="items")
     inputs = models.JSONField()
@@ -238,6 +242,10 @@ class Item(models.Model):
             models.Index(fields=["project", "status", "confidence", "created_at", "id"], name="item_queue_order"),
             models.Index(fields=["project", "created_at"], name="item_project_created"),
             models.Index(fields=["project", "disagreement", "id"], name="item_disagreement"),
+            # The item list's keyset pages (annotate.itemlist): by id, by status then id, by confidence then id.
+            models.Index(fields=["project", "id"], name="item_list_id"),
+            models.Index(fields=["project", "status", "id"], name="item_list_status"),
+            models.Index(fields=["project", "confidence", "id"], name="item_list_confidence"),
         ]
 
     def __str__(self) -> str:
@@ -273,7 +281,11 @@ class Prediction(models.Model):
     )
     receipt = models.JSONField()
     trace = models.JSONField(default=dict, blank=True)
-    confidence = models.FloatField(null=True, blank=True)
+    confidence = models.FloatField(null=True, blank=True, help_text="The model's raw (uncalibrated) confidence.")
+    calibrated_confidence = models.FloatField(
+        null=True, blank=True,
+        help_text="The calibrated confidence, when the model had a fitted (and fresh) calibration; else empty.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -281,6 +293,11 @@ class Prediction(models.Model):
 
     def __str__(self) -> str:
         return f"prediction {self.pk} for item {self.item_id}"
+
+    @property
+    def queue_confidence(self) -> float | None:
+        """What the queue orders by: the calibrated confidence when there is one, else the raw confidence."""
+        return self.calibrated_confidence if self.calibrated_confidence is not None else self.confidence
 
     @property
     def untrained(self) -> bool:
@@ -315,6 +332,8 @@ class Answer(models.Model):
         indexes = [
             models.Index(fields=["reviewer", "updated_at"], name="answer_reviewer_updated"),
             models.Index(fields=["item", "kind"], name="answer_item_kind"),
+            # The item list's reviewer filter probes (reviewer, item) pairs.
+            models.Index(fields=["reviewer", "item"], name="answer_reviewer_item"),
         ]
 
     def __str__(self) -> str:

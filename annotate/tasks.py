@@ -48,9 +48,9 @@ def enqueue_predictions(project: Project, item_ids: list[int], version_id: int |
 def predict_items(project_id: int, item_ids: list[int], version_id: int | None = None) -> int:
     """Predict `item_ids` with the project's current version (or `version_id`) inside `tensorcode.trace()`.
 
-    Stores a Prediction (receipt, trace summary, confidence) per item and makes pending items ready. Items that
-    already have a prediction from that version are skipped, so the task is safe to run twice. Returns the
-    number of predictions made.
+    Stores a Prediction (receipt, trace summary, raw and calibrated confidence) per item and makes pending items
+    ready. Items that already have a prediction from that version are skipped, so the task is safe to run twice.
+    Returns the number of predictions made.
     """
     project = Project.objects.filter(pk=project_id).select_related("current_version").first()
     if project is None:
@@ -73,9 +73,10 @@ def predict_items(project_id: int, item_ids: list[int], version_id: int | None =
                 continue
             prediction = Prediction.objects.create(
                 item=item, model_version=version, receipt=result["receipt"], trace=result["trace"],
-                confidence=result["confidence"],
+                confidence=result["confidence"], calibrated_confidence=result.get("calibrated_confidence"),
             )
-            fields = {"prediction": prediction, "confidence": result["confidence"]}
+            # The queue reads Item.confidence (one indexed query): calibrated when the model has a calibration.
+            fields = {"prediction": prediction, "confidence": prediction.queue_confidence}
             Item.objects.filter(pk=item.pk).update(**fields)
             Item.objects.filter(pk=item.pk, status=ItemStatus.PENDING).update(status=ItemStatus.READY)
     return sum(result is not None for result in results)

@@ -125,8 +125,9 @@ def _load_cached(path: str, _stamp: int):
 def predict_batch(version, inputs_list: Sequence[Any]) -> list[dict]:
     """Run the version's tool on `inputs_list` inside `tensorcode.trace()`.
 
-    Returns one `{"receipt", "confidence", "trace"}` per input; `trace` is the JSON summary the item page
-    shows as "how the model got here" (see `summarize_trace`).
+    Returns one `{"receipt", "confidence", "calibrated_confidence", "trace"}` per input (the confidences as
+    `confidences_of` reads them); `trace` is the JSON summary the item page shows as "how the model got here"
+    (see `summarize_trace`).
     """
     import torch
 
@@ -140,10 +141,12 @@ def predict_batch(version, inputs_list: Sequence[Any]) -> list[dict]:
     results = []
     for index, (inputs, receipt) in enumerate(zip(inputs_list, receipts, strict=True)):
         receipt = to_json(receipt)
+        raw, calibrated = confidences_of(receipt)
         results.append(
             {
                 "receipt": receipt,
-                "confidence": confidence_of(receipt),
+                "confidence": raw,
+                "calibrated_confidence": calibrated,
                 "trace": summarize_trace(session, steps, index, len(inputs_list), inputs, receipt, model),
             }
         )
@@ -158,6 +161,27 @@ def confidence_of(receipt: dict) -> float | None:
         probabilities = [p for p in probabilities if isinstance(p, (int, float))]
         value = max(probabilities) if probabilities else None
     if value is None or not math.isfinite(float(value)):
+        return None
+    return min(1.0, max(0.0, float(value)))
+
+
+def confidences_of(receipt: dict) -> tuple[float | None, float | None]:
+    """`(raw, calibrated)` confidence of a receipt; `calibrated` is None unless the receipt's calibration is fitted.
+
+    A receipt with a fitted calibration (an Investigator verifier's) reports its selected label's calibrated
+    probability as `confidence`; the raw one is that label's uncalibrated `probability`. The queue orders by
+    the calibrated value when there is one (`Prediction.queue_confidence`).
+    """
+    calibration = receipt.get("calibration")
+    if not (isinstance(calibration, dict) and calibration.get("fitted")):
+        return confidence_of(receipt), None
+    selected = receipt.get("selected_id")
+    chosen = next((c for c in receipt.get("candidates", []) if isinstance(c, dict) and c.get("id") == selected), {})
+    return _unit(chosen.get("probability")), _unit(chosen.get("calibrated_probability", receipt.get("confidence")))
+
+
+def _unit(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
         return None
     return min(1.0, max(0.0, float(value)))
 

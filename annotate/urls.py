@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from annotate.views import agreement, pages, projects, review, transfer
+from annotate.views import agreement, items, pages, progress, projects, review, transfer
 
 project = "projects/<slug:slug>/"
 
@@ -25,6 +25,9 @@ urlpatterns = [
     path(project + "exports/<int:pk>/download/", transfer.export_download, name="export_download"),
     path(project + "review/next/", review.review_next, name="review_next"),
     path(project + "review/undo/", review.review_undo, name="review_undo"),
+    path(project + "items/", items.item_list, name="item_list"),
+    path(project + "progress/", progress.progress, name="project_progress"),
+    path(project + "progress/agreement/", progress.progress_agreement, name="progress_agreement"),
     path(project + "items/<int:pk>/", review.item_detail, name="item_detail"),
     path(project + "items/<int:pk>/submit/", review.item_submit, name="item_submit"),
     path(project + "items/<int:pk>/skip/", review.item_skip, name="item_skip"),

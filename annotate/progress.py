@@ -1,0 +1,175 @@
+"""Progress of a project and of each of its reviewers, from a handful of aggregate queries.
+
+Figures (README, "Progress"):
+
+- per reviewer: **done** (submitted targets), **skipped**, **drafts**, **last hour** (final answers whose last
+  change falls in the past 60 minutes) and **rate per hour**: final answers divided by the reviewer's *active
+  hours*, the clock hours (UTC) in which they finished at least one answer. A reviewer who labels 40 items
+  between 9:00 and 9:59 and 20 more between 14:00 and 14:59 has a rate of 30 per hour, however long the lunch.
+  An answer counts at the time of its last change (an edit moves it).
+- per project: items by status, members and active reviewers, finished answers per day for the last `DAYS`
+  days (UTC), and per hour for the last 24 hours.
+
+Every query groups in the database (by status, by reviewer and kind, by reviewer and day, by hour), so the cost
+grows with reviewers and days, not with items. Chart geometry (`bars`, `sparkline`) is plain numbers for SVG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Max, Q
+from django.db.models.functions import TruncDate, TruncHour
+from django.utils import timezone
+
+from annotate.models import FINAL_KINDS, Answer, AnswerKind, ItemStatus, Project
+
+DAYS = 14
+HOURS = 24
+
+
+@dataclass
+class ReviewerProgress:
+    name: str
+    done: int = 0
+    skipped: int = 0
+    drafts: int = 0
+    last_hour: int = 0
+    active_hours: int = 0
+    last_change: datetime | None = None
+    daily: list[int] = field(default_factory=lambda: [0] * DAYS)
+
+    @property
+    def finished(self) -> int:
+        return self.done + self.skipped
+
+    @property
+    def rate(self) -> float | None:
+        """Final answers per active hour; None before the first one."""
+        return self.finished / self.active_hours if self.active_hours else None
+
+    @property
+    def daily_points(self) -> str:
+        return sparkline(self.daily)
+
+
+@dataclass
+class ProjectProgress:
+    counts: list[tuple[str, str, int]]  # (status, label, items)
+    members: int
+    reviewers: list[ReviewerProgress]
+    days: list[datetime]  # the first instant of each day charted, oldest first
+    daily: list[int]
+    hourly: list[int]
+
+    @property
+    def total(self) -> int:
+        return sum(n for _, _, n in self.counts)
+
+    @property
+    def finished(self) -> int:
+        return sum(n for status, _, n in self.counts if status in (ItemStatus.DONE, ItemStatus.SKIPPED))
+
+    @property
+    def active_reviewers(self) -> int:
+        return sum(1 for r in self.reviewers if r.finished)
+
+    @property
+    def status_bars(self) -> list[dict]:
+        """One segment per status of a 100-wide stacked bar."""
+        return [
+            {"status": status, "label": label, "n": n, **segment}
+            for (status, label, n), segment in zip(self.counts, bars([n for _, _, n in self.counts]), strict=True)
+        ]
+
+    @property
+    def hourly_points(self) -> str:
+        return sparkline(self.hourly)
+
+    @property
+    def daily_columns(self) -> list[dict]:
+        return columns(self.daily, [day.strftime("%a %d %b") for day in self.days])
+
+
+def project_progress(project: Project, *, now: datetime | None = None) -> ProjectProgress:
+    """The progress figures of `project` at `now` (see the module docstring for their definitions)."""
+    now = now or timezone.now()
+    hour_start = now.replace(minute=0, second=0, microsecond=0)
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    days = [today - timedelta(days=DAYS - 1 - k) for k in range(DAYS)]
+    hours = [hour_start - timedelta(hours=HOURS - 1 - k) for k in range(HOURS)]
+
+    counts = dict(project.items.order_by().values_list("status").annotate(n=Count("id")))
+    answers = Answer.objects.filter(item__project=project).order_by()
+    final = answers.filter(kind__in=FINAL_KINDS)
+
+    reviewers: dict[str, ReviewerProgress] = {}
+
+    def row(name: str) -> ReviewerProgress:
+        return reviewers.setdefault(name, ReviewerProgress(name=name))
+
+    for entry in answers.values("reviewer__username", "kind").annotate(n=Count("id"), last=Max("updated_at")):
+        r = row(entry["reviewer__username"])
+        setattr(r, {AnswerKind.TARGET: "done", AnswerKind.SKIP: "skipped"}.get(entry["kind"], "drafts"), entry["n"])
+        r.last_change = max(filter(None, [r.last_change, entry["last"]]))
+    for entry in final.values("reviewer__username").annotate(
+        hours=Count(TruncHour("updated_at"), distinct=True),
+        last_hour=Count("id", filter=Q(updated_at__gt=now - timedelta(hours=1), updated_at__lte=now)),
+    ):
+        r = row(entry["reviewer__username"])
+        r.active_hours, r.last_hour = entry["hours"], entry["last_hour"]
+
+    daily = [0] * DAYS
+    recent = final.filter(updated_at__gte=days[0], updated_at__lt=today + timedelta(days=1))
+    for entry in recent.values("reviewer__username", day=TruncDate("updated_at")).annotate(n=Count("id")):
+        index = (entry["day"] - days[0].date()).days
+        if 0 <= index < DAYS:
+            row(entry["reviewer__username"]).daily[index] = entry["n"]
+            daily[index] += entry["n"]
+
+    hourly = [0] * HOURS
+    last_day = final.filter(updated_at__gte=hours[0], updated_at__lt=hour_start + timedelta(hours=1))
+    for entry in last_day.values(hour=TruncHour("updated_at")).annotate(n=Count("id")):
+        index = int((entry["hour"] - hours[0]).total_seconds() // 3600)
+        if 0 <= index < HOURS:
+            hourly[index] = entry["n"]
+
+    return ProjectProgress(
+        counts=[(value, label, counts.get(value, 0)) for value, label in ItemStatus.choices],
+        members=project.memberships.count(),
+        reviewers=sorted(reviewers.values(), key=lambda r: r.name),
+        days=days,
+        daily=daily,
+        hourly=hourly,
+    )
+
+
+def bars(values: list[int], width: float = 100.0) -> list[dict]:
+    """Stacked segments `{"x", "width", "percent"}` of `values` across `width` (all zero: all empty)."""
+    total = sum(values)
+    x, segments = 0.0, []
+    for value in values:
+        share = value / total if total else 0.0
+        segments.append({"x": round(x, 3), "width": round(share * width, 3), "percent": round(100 * share, 1)})
+        x += share * width
+    return segments
+
+
+def columns(values: list[int], labels: list[str], height: float = 40.0) -> list[dict]:
+    """Bar-chart columns `{"x", "y", "height", "value", "label"}` on a 10-per-column grid, `height` tall."""
+    top = max(values, default=0) or 1
+    result = []
+    for k, (value, label) in enumerate(zip(values, labels, strict=True)):
+        h = round(height * value / top, 2)
+        result.append({"x": k * 10 + 1, "y": round(height - h, 2), "height": h, "value": value, "label": label})
+    return result
+
+
+def sparkline(values: list[int], width: float = 100.0, height: float = 20.0) -> str:
+    """SVG polyline points of `values` scaled into `width` x `height` (higher values are higher up)."""
+    if not values:
+        return ""
+    top = max(values) or 1
+    step = width / max(len(values) - 1, 1)
+    return " ".join(f"{k * step:.1f},{height - height * v / top:.1f}" for k, v in enumerate(values))

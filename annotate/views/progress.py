@@ -1,0 +1,56 @@
+"""A project's progress page: items by status, each reviewer's pace, throughput charts, agreement.
+
+Members see the project's figures and their own row; project admins see every reviewer (as on the project
+page). Agreement reads every final target, so it is a separate fragment the page loads after it is shown.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
+from django.db.models import Count, Max
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+
+from annotate import agreement
+from annotate.models import Answer, AnswerKind
+from annotate.progress import project_progress
+from annotate.views import access
+
+AGREEMENT_CACHE_SECONDS = 600
+
+
+@require_GET
+@login_required
+def progress(request: HttpRequest, slug: str) -> HttpResponse:
+    """Progress of the project and its reviewers, with small charts."""
+    project = access.member_project(request, slug)
+    figures = project_progress(project)
+    is_admin = project.is_admin(request.user)
+    if not is_admin:
+        figures.reviewers = [r for r in figures.reviewers if r.name == request.user.get_username()]
+    top = max((r.finished for r in figures.reviewers), default=0) or 1
+    rows = [{"r": r, "done_width": round(100 * r.done / top, 2), "skip_width": round(100 * r.skipped / top, 2)}
+            for r in figures.reviewers]
+    return render(request, "annotate/progress.html",
+                  {"project": project, "figures": figures, "rows": rows, "is_admin": is_admin})
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def progress_agreement(request: HttpRequest, slug: str) -> HttpResponse:
+    """Agreement between reviewers (`annotate.agreement.project_report`), cached until an answer changes."""
+    project = access.member_project(request, slug)
+    targets = Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET).order_by()
+    stamp = targets.aggregate(n=Count("id"), last=Max("updated_at"))
+    key = f"annotate:agreement:{project.pk}:{stamp['n']}:{stamp['last'].timestamp() if stamp['last'] else 0}"
+    report = cache.get(key)
+    if report is None:
+        report = agreement.project_report(project)
+        cache.set(key, report, AGREEMENT_CACHE_SECONDS)
+    context = {"project": project, "report": report, "is_admin": project.is_admin(request.user)}
+    template = "annotate/_progress_agreement.html" if request.htmx else "annotate/progress_agreement.html"
+    return render(request, template, context)
