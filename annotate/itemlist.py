@@ -97,9 +97,7 @@ class ItemFilters:
             )
         disagreement = values.get("disagreement", "")
         if disagreement:
-            if not has_disagreement_flag():
-                errors["disagreement"] = "this site does not flag disagreements yet"
-            elif disagreement not in ("yes", "no"):
+            if disagreement not in ("yes", "no"):
                 errors["disagreement"] = f"disagreement must be 'yes' or 'no', not {disagreement!r}"
             parsed["disagreement"] = disagreement == "yes"
         version = values.get("version", "")
@@ -338,15 +336,10 @@ def _rows(ids: list[int]) -> list[dict]:
         .annotate(preview=preview, calibrated=F("prediction__calibrated_confidence"),
                   version_id=F("prediction__model_version_id"), version_label=F("prediction__model_version__label"))
         .values("id", "status", "confidence", "final_answers", "preview", "calibrated", "version_id",
-                "version_label", "created_at", *(["disagreement"] if has_disagreement_flag() else []))
+                "version_label", "created_at", "disagreement")
     )
     by_id = {row["id"]: row for row in rows}
     return [by_id[pk] for pk in ids if pk in by_id]
-
-
-def has_disagreement_flag() -> bool:
-    """Whether items carry the `disagreement` flag (set when reviewers of an item disagree)."""
-    return any(f.name == "disagreement" for f in Item._meta.get_fields())
 
 
 class _InputsVector(Func):

@@ -29,7 +29,8 @@ def item_list(request: HttpRequest, slug: str) -> HttpResponse:
     except itemlist.InvalidFilters as exc:
         context.update(errors=exc.errors, values={**itemlist.ItemFilters().values(), **exc.values})
     else:
-        context.update(page=itemlist.page(project, filters), values=filters.values(), filters=filters)
+        results = itemlist.page(project, filters, size=itemlist.PAGE_SIZE)
+        context.update(page=results, values=filters.values(), filters=filters)
     status = 400 if context["errors"] else 200
     if request.htmx:
         return render(request, "annotate/_item_results.html", context, status=status)
@@ -38,6 +39,5 @@ def item_list(request: HttpRequest, slug: str) -> HttpResponse:
         reviewers=itemlist.reviewer_choices(project, request.user),
         versions=project.versions.order_by("-id").values("id", "label"),
         sorts=itemlist.SORTS,
-        disagreement=itemlist.has_disagreement_flag(),
     )
     return render(request, "annotate/item_list.html", context, status=status)

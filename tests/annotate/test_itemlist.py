@@ -274,3 +274,14 @@ def test_rows_carry_preview_version_and_calibration(project) -> None:
 
     assert row["preview"] == "Why did service 0 stop?"
     assert row["version_id"] == project.current_version_id and row["calibrated"] == 0.4
+
+
+def test_disagreement_filter(project) -> None:
+    agreed, disputed = make_ready_items(project, [0.2, 0.3])
+    Item.objects.filter(pk=disputed.pk).update(disagreement=True)
+
+    assert ids(project, {"disagreement": "yes"}) == [disputed.pk]
+    assert ids(project, {"disagreement": "no"}) == [agreed.pk]
+    assert errors_of(project, {"disagreement": "maybe"})["disagreement"] == (
+        "disagreement must be 'yes' or 'no', not 'maybe'"
+    )

@@ -1,0 +1,139 @@
+"""The item list and progress pages: who may see them, htmx fragments, errors answered with 400, links."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from annotate.models import Answer, AnswerKind, Item, ItemStatus
+from tests.annotate.conftest import make_ready_items
+
+pytestmark = pytest.mark.django_db
+
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+def items_url(project, query: str = "") -> str:
+    return reverse("item_list", args=[project.slug]) + query
+
+
+def test_item_list_is_for_members_only(client, project, outsider) -> None:
+    assert client.get(items_url(project)).status_code == 302  # to the sign-in page
+    client.force_login(outsider)
+    assert client.get(items_url(project)).status_code == 404
+    assert client.get(reverse("project_progress", args=[project.slug])).status_code == 404
+    assert client.get(reverse("progress_agreement", args=[project.slug])).status_code == 404
+
+
+def test_item_list_page_has_the_filter_form_and_the_table(client, project, reviewer) -> None:
+    items = make_ready_items(project, [0.25, 0.75])
+    client.force_login(reviewer)
+
+    response = client.get(items_url(project))
+
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert 'id="item-filters"' in page and 'hx-push-url="true"' in page
+    assert reverse("item_detail", args=[project.slug, items[0].pk]) in page
+    assert "2 matching items" in page and "Why did service 1 stop?" in page
+
+
+def test_htmx_gets_only_the_results_fragment(client, project, reviewer) -> None:
+    make_ready_items(project, [0.25, 0.75])
+    client.force_login(reviewer)
+
+    response = client.get(items_url(project, "?confidence_min=0.5"), **HX)
+
+    page = response.content.decode()
+    assert response.status_code == 200 and response["Vary"] == "HX-Request, Cookie"
+    assert 'id="item-results"' in page and "<html" not in page
+    assert "1 matching item" in page and "(filtered)" in page
+
+
+def test_impossible_filters_are_answered_with_400_and_the_reason(client, project, reviewer) -> None:
+    make_ready_items(project, [0.25])
+    client.force_login(reviewer)
+
+    for extra in ({}, HX):
+        response = client.get(items_url(project, "?confidence_min=0.9&confidence_max=0.1&status=lost"), **extra)
+        page = response.content.decode()
+        assert response.status_code == 400
+        assert "These filters cannot be used" in page
+        assert "greater than confidence_max 0.1" in page and "unknown status &#x27;lost&#x27;" in page
+    full = client.get(items_url(project, "?status=lost")).content.decode()
+    assert '<option value="lost" selected>lost</option>' in full  # the form shows what was asked
+
+
+def test_empty_states_say_why(client, project, reviewer) -> None:
+    client.force_login(reviewer)
+    assert "This project has no items yet" in client.get(items_url(project)).content.decode()
+
+    make_ready_items(project, [0.25])
+    page = client.get(items_url(project, "?confidence_min=0.9"), **HX).content.decode()
+    assert "No items match these filters" in page
+
+
+def test_pager_links_keep_the_filters_and_move_by_position(client, project, reviewer, monkeypatch) -> None:
+    from annotate import itemlist
+
+    monkeypatch.setattr(itemlist, "PAGE_SIZE", 2)
+    items = make_ready_items(project, [0.1, 0.2, 0.3, 0.4, 0.5])
+    client.force_login(reviewer)
+
+    first = client.get(items_url(project, "?sort=-confidence")).content.decode()
+    next_query = f"?sort=-confidence&amp;after={items[3].confidence!r}~{items[3].pk}"
+    assert next_query in first and 'rel="prev"' not in first
+
+    second = client.get(items_url(project, next_query.replace("&amp;", "&")), **HX).content.decode()
+    assert f"#{items[2].pk}" in second and f"#{items[1].pk}" in second and f"#{items[4].pk}<" not in second
+    assert 'rel="prev"' in second and 'rel="next"' in second
+
+
+def test_project_page_links_to_items_and_progress(client, project, reviewer) -> None:
+    client.force_login(reviewer)
+
+    page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
+
+    assert items_url(project) in page and reverse("project_progress", args=[project.slug]) in page
+
+
+def _answer(item, user, kind, when):
+    Answer.objects.create(item=item, reviewer=user, kind=kind, target="db" if kind == AnswerKind.TARGET else None,
+                          source=item.project.source_for(item.pk, user), created_at=when, updated_at=when)
+
+
+def test_progress_page_shows_status_counts_and_reviewer_figures(client, project, reviewer, second_reviewer,
+                                                                project_admin) -> None:
+    items = make_ready_items(project, [0.1, 0.2, 0.3, 0.4])
+    now = timezone.now()
+    _answer(items[0], reviewer, AnswerKind.TARGET, now - timedelta(minutes=5))
+    _answer(items[1], reviewer, AnswerKind.SKIP, now - timedelta(minutes=10))
+    _answer(items[2], second_reviewer, AnswerKind.DRAFT, now)
+    Item.objects.filter(pk=items[0].pk).update(status=ItemStatus.DONE)
+
+    client.force_login(project_admin)
+    page = client.get(reverse("project_progress", args=[project.slug])).content.decode()
+    assert "Items by status" in page and "<svg" in page
+    assert ">rita<" in page and ">sam<" in page
+    assert reverse("progress_agreement", args=[project.slug]) in page
+
+    client.force_login(reviewer)
+    own = client.get(reverse("project_progress", args=[project.slug])).content.decode()
+    assert ">rita<" in own and ">sam<" not in own  # reviewers see their own row only
+
+
+def test_agreement_fragment(client, project, reviewer, second_reviewer) -> None:
+    (item,) = make_ready_items(project, [0.1])
+    now = timezone.now()
+    _answer(item, reviewer, AnswerKind.TARGET, now)
+    _answer(item, second_reviewer, AnswerKind.TARGET, now)
+    client.force_login(reviewer)
+
+    fragment = client.get(reverse("progress_agreement", args=[project.slug]), **HX).content.decode()
+    full = client.get(reverse("progress_agreement", args=[project.slug])).content.decode()
+
+    assert "100.0%" in fragment and "all reviewers agree" in fragment and "<html" not in fragment
+    assert "<html" in full and "all reviewers agree" in full

@@ -1,0 +1,81 @@
+"""Progress figures: counts by status, each reviewer's done/skipped/drafts, last hour, rate per active hour."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from annotate.models import Answer, AnswerKind, Item, ItemStatus
+from annotate.progress import DAYS, HOURS, bars, columns, project_progress, sparkline
+from tests.annotate.conftest import make_ready_items
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 3, 10, 15, 30, tzinfo=UTC)
+
+
+def answer(item, user, kind, when) -> None:
+    Answer.objects.create(item=item, reviewer=user, kind=kind, target="db" if kind == AnswerKind.TARGET else None,
+                          source=item.project.source_for(item.pk, user), created_at=when, updated_at=when)
+
+
+def test_reviewer_figures(project, reviewer, second_reviewer) -> None:
+    items = make_ready_items(project, [0.1] * 8)
+    # rita: three answers between 9:00 and 9:59 and one at 15:10 -> 4 final answers in 2 active hours.
+    for item, minute in zip(items[:3], (0, 20, 59), strict=True):
+        answer(item, reviewer, AnswerKind.TARGET, NOW.replace(hour=9, minute=minute))
+    answer(items[3], reviewer, AnswerKind.SKIP, NOW.replace(minute=10))
+    answer(items[4], reviewer, AnswerKind.DRAFT, NOW.replace(minute=12))
+    # sam: one answer two days ago, one draft.
+    answer(items[5], second_reviewer, AnswerKind.TARGET, NOW - timedelta(days=2))
+    answer(items[6], second_reviewer, AnswerKind.DRAFT, NOW)
+
+    figures = project_progress(project, now=NOW)
+
+    rita, sam = figures.reviewers
+    assert (rita.name, rita.done, rita.skipped, rita.drafts) == ("rita", 3, 1, 1)
+    assert (rita.last_hour, rita.active_hours, rita.rate) == (1, 2, 2.0)
+    assert rita.daily[-1] == 4 and sum(rita.daily) == 4
+    assert (sam.done, sam.skipped, sam.drafts, sam.last_hour, sam.rate) == (1, 0, 1, 0, 1.0)
+    assert sam.daily[-3] == 1
+    assert figures.daily[-1] == 4 and figures.daily[-3] == 1 and len(figures.daily) == DAYS
+    assert figures.hourly[-1] == 1 and figures.hourly[HOURS - 1 - 6] == 3  # 15:xx and 9:xx
+    assert figures.active_reviewers == 2 and figures.members == 3
+
+
+def test_status_counts_and_bars(project) -> None:
+    items = make_ready_items(project, [0.1, 0.2, 0.3, 0.4])
+    Item.objects.filter(pk=items[0].pk).update(status=ItemStatus.DONE)
+    Item.objects.filter(pk=items[1].pk).update(status=ItemStatus.SKIPPED)
+
+    figures = project_progress(project, now=NOW)
+
+    assert figures.counts == [("pending", "Waiting for a prediction", 0), ("ready", "Ready for review", 2),
+                              ("done", "Done", 1), ("skipped", "Skipped", 1)]
+    assert (figures.total, figures.finished) == (4, 2)
+    assert [s["width"] for s in figures.status_bars] == [0.0, 50.0, 25.0, 25.0]
+    assert [s["x"] for s in figures.status_bars] == [0.0, 0.0, 50.0, 75.0]
+
+
+def test_no_answers_gives_empty_figures(project) -> None:
+    figures = project_progress(project, now=NOW)
+
+    assert figures.reviewers == [] and figures.total == 0 and sum(figures.daily) == 0
+
+
+def test_progress_takes_a_fixed_number_of_queries(project, reviewer, django_assert_max_num_queries) -> None:
+    """The page's cost grows with reviewers and days, not items: the same few grouped queries at any size."""
+    items = make_ready_items(project, [0.1] * 30)
+    for n, item in enumerate(items):
+        answer(item, reviewer, AnswerKind.TARGET, NOW - timedelta(hours=n))
+
+    with django_assert_max_num_queries(6):
+        project_progress(project, now=NOW)
+
+
+def test_chart_geometry() -> None:
+    assert bars([0, 0]) == [{"x": 0.0, "width": 0.0, "percent": 0.0}] * 2
+    assert [c["height"] for c in columns([0, 5, 10], ["a", "b", "c"])] == [0.0, 20.0, 40.0]
+    assert sparkline([0, 2, 1], width=10, height=10) == "0.0,10.0 5.0,0.0 10.0,5.0"
+    assert sparkline([]) == ""
