@@ -90,13 +90,26 @@ class Project(models.Model):
                 )})
 
     def role_of(self, user) -> str | None:
-        """"admin" | "reviewer" | None for `user` in this project; staff count as admin."""
+        """"admin" | "reviewer" | None for `user` in this project; staff count as admin.
+
+        Remembered on this instance (one query per user, not one per permission check): a request's several
+        checks then cost nothing. Saving or deleting a membership through this instance forgets it.
+        """
         if not getattr(user, "is_authenticated", False):
             return None
         if user.is_staff:
             return Role.ADMIN.value
-        role = self.memberships.filter(user=user).values_list("role", flat=True).first()
-        return role
+        roles = self.__dict__.setdefault("_roles", {})
+        if user.pk not in roles:
+            roles[user.pk] = self.memberships.filter(user=user).values_list("role", flat=True).first()
+        return roles[user.pk]
+
+    def remember_role(self, user, role: str | None) -> None:
+        """Record `user`'s role, already read with the project (`access.member_project`), for `role_of`."""
+        self.__dict__.setdefault("_roles", {})[user.pk] = role
+
+    def forget_roles(self) -> None:
+        self.__dict__.pop("_roles", None)
 
     def is_admin(self, user) -> bool:
         return self.role_of(user) == Role.ADMIN
@@ -126,13 +139,19 @@ class Membership(models.Model):
     def __str__(self) -> str:
         return f"{self.user} in {self.project} ({self.role})"
 
+    def save(self, *args, **kwargs):
+        super().save(*args, **kwargs)
+        self.project.forget_roles()
+
     def delete(self, *args, **kwargs):
         """Remove the member; their claims in the project are released at once (their answers are kept)."""
         from annotate import queue
 
         with transaction.atomic():
             queue.release_claims(self.project, self.user)
-            return super().delete(*args, **kwargs)
+            result = super().delete(*args, **kwargs)
+        self.project.forget_roles()
+        return result
 
 
 class ModelVersionQuerySet(models.QuerySet):

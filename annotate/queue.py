@@ -222,7 +222,9 @@ def _free_slots(item: Item, user, project: Project, now) -> int:
 
 
 def _claim(item: Item, user, expires) -> Item:
-    Claim.objects.update_or_create(item=item, reviewer=user, defaults={"expires_at": expires})
+    # One upsert instead of update_or_create's select, savepoints and insert: claiming is the hot path.
+    Claim.objects.bulk_create([Claim(item=item, reviewer=user, expires_at=expires)], update_conflicts=True,
+                              unique_fields=["item", "reviewer"], update_fields=["expires_at"])
     item.claimed_by = user
     item.claim_expires_at = expires
     item.save(update_fields=["claimed_by", "claim_expires_at"])
@@ -241,6 +243,7 @@ def _finish(item: Item, user, kind: str, target, reason: str, now) -> Outcome:
     project = item.project
     with transaction.atomic():
         item = Item.objects.select_for_update().get(pk=item.pk)
+        item.project = project  # already loaded: saves `_write` a query
         answer = Answer.objects.filter(item=item, reviewer=user).first()
         if answer is not None and answer.is_final:
             if answer.kind == kind and answer.target == target and answer.skip_reason == reason:

@@ -7,14 +7,25 @@ a member who lacks the admin role gets 403 on admin pages.
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, Subquery
 from django.shortcuts import get_object_or_404
 
-from annotate.models import Item, Project
+from annotate.models import Item, Membership, Project
 
 
 def member_project(request, slug: str) -> Project:
-    """The project `slug` if the signed-in user may review in it; 404 otherwise."""
-    return get_object_or_404(Project.objects.for_user(request.user).select_related("current_version"), slug=slug)
+    """The project `slug` if the signed-in user may review in it; 404 otherwise.
+
+    The user's role comes with the project (one query), so the permission checks that follow cost nothing.
+    """
+    user = request.user
+    projects = Project.objects.for_user(user).select_related("current_version")
+    if not user.is_authenticated:
+        return get_object_or_404(projects, slug=slug)
+    role = Membership.objects.filter(project=OuterRef("pk"), user=user).values("role")[:1]
+    project = get_object_or_404(projects.annotate(viewer_role=Subquery(role)), slug=slug)
+    project.remember_role(user, project.viewer_role)
+    return project
 
 
 def admin_project(request, slug: str) -> Project:

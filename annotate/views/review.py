@@ -152,7 +152,8 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
     prediction = item.prediction
     receipt = prediction.receipt if prediction else None
     draft = answer.target if answer is not None else None
-    previous_url = _previous_url(project, user, item)
+    # Before an item the reviewer has not answered, "previous" is simply their latest answer (one query less).
+    previous_url = _previous_url(project, user, item if answer is not None and answer.is_final else None)
     can_edit = claim is not None or answer is not None
     read_only_reason = ""
     if not can_edit:
