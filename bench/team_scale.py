@@ -1,0 +1,470 @@
+"""Does the reviewer site hold up with a team and 100,000 items? Server times, submit latency, export, import.
+
+    python bench/team_scale.py [--items 100000] [--reviewers 16] [--seconds 30]
+        [--database postgres://postgres@127.0.0.1:5432/tc_scale_bench]
+
+Needs PostgreSQL. The database named by `--database` (its name must end in "bench") is dropped and created
+afresh, migrated and seeded in bulk with three projects of `--items` items each: one to review (ready items
+with predictions), one to export (every item answered) and an empty one to import into. The site then runs
+under gunicorn with 2 workers on loopback (settings `bench/scale_site`: the site's own, plus a
+`Server-Timing` header and a baseline view doing one indexed SELECT, which exist only here), and it measures:
+
+- server time (the `Server-Timing` header: Django and its middleware) of claim-next (`review/next`, htmx),
+  the item page and the baseline, requested one at a time in turn by one signed-in reviewer;
+  goal: claim-next and item page p50 <= 2x the baseline's p50;
+- label submit p99 with `--reviewers` reviewers (16) claiming and submitting with their own sessions, from a
+  second process for `--seconds`; goal: p99 <= 100 ms (server time and, for reference, what the client saw);
+- the filtered item list (`projects/<slug>/items/` with filters) p95, when the site has it; goal <= 150 ms;
+- `manage.py export_experience` of every answer of the export project (`--items` supervision records), run
+  as a child process: wall time and its peak RSS; goals <= 60 s and < 300 MB;
+- `manage.py import_items --no-predict` of a JSONL file of `--items` items: wall time; goal <= 60 s.
+
+`--items 2000` runs in about a minute; the README's figures are from the full 100,000-item run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+sys.path[:0] = [str(ROOT), str(BENCH)]
+PASSWORD = "bench-password"
+REVIEW, EXPORT, IMPORT = "bench-review", "bench-export", "bench-import"
+LIST_FILTERS = {"status": "ready", "confidence_max": "0.5"}  # what the filtered item list is asked for
+GOALS = {"ratio": 2.0, "submit_p99_ms": 100.0, "list_p95_ms": 150.0, "export_s": 60.0, "export_mb": 300.0,
+         "import_s": 60.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=100_000, help="items per project (default 100,000)")
+    parser.add_argument("--reviewers", type=int, default=16, help="concurrent reviewers for the submit load")
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of the submit load")
+    parser.add_argument("--rounds", type=int, default=300, help="requests of each kind for the server-time p50")
+    parser.add_argument("--database", default=os.environ.get(
+        "TC_BENCH_DATABASE", "postgres://postgres@127.0.0.1:5432/tc_scale_bench"))
+    parser.add_argument("--load", help=argparse.SUPPRESS)  # internal: run as the load-generating process
+    args = parser.parse_args()
+    if args.load:
+        _load_process(args)
+        return
+
+    if not urlsplit(args.database).path.rstrip("/").endswith("bench"):
+        raise SystemExit(f"--database {args.database}: its name must end in 'bench' (it is dropped and recreated)")
+    data_dir = Path(tempfile.mkdtemp(prefix="team-scale-"))
+    env = _environment(args.database, data_dir)
+    os.environ.update(env)
+    _recreate_database(args.database)
+
+    import django
+
+    django.setup()
+    import torch
+    from django.core.management import call_command
+
+    torch.set_num_threads(1)
+    call_command("migrate", verbosity=0)
+    started = time.perf_counter()
+    seeded = _seed(args.items, args.reviewers)
+    print(f"seeded {args.items:,} items x 3 projects, {args.reviewers} reviewers in "
+          f"{time.perf_counter() - started:.0f} s ({args.database})", flush=True)
+
+    results: dict = {}
+    port = _free_port()
+    server = _start_gunicorn(port, env, data_dir)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        results.update(_server_times(base, seeded, args.rounds))
+        results.update(_item_list(base, seeded, args.rounds))
+        results.update(_submit_load(base, seeded, args, env))
+    finally:
+        _stop(server)
+    results.update(_export(env, data_dir))
+    results.update(_import(env, data_dir, args.items))
+    _report(args, results)
+
+
+# -- set-up ------------------------------------------------------------------------------------------------------
+def _environment(database: str, data_dir: Path) -> dict[str, str]:
+    path = os.pathsep.join([str(BENCH), str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return {
+        "TC_DATABASE": database, "TC_DATA_DIR": str(data_dir), "DEBUG": "0", "OMP_NUM_THREADS": "1",
+        "DJANGO_SETTINGS_MODULE": "scale_site.settings", "PYTHONPATH": path, "ALLOWED_HOSTS": "127.0.0.1",
+        "CELERY_BROKER_URL": "memory://",
+    }
+
+
+def _recreate_database(url: str) -> None:
+    import psycopg
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin = parts._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _seed(count: int, reviewers: int) -> dict:
+    """Three projects of `count` items each (review, export, import), the reviewers and a baseline item."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.hashers import make_password
+    from django.db import connection
+
+    from annotate import tooling
+    from annotate.models import (
+        Answer,
+        AnswerKind,
+        Item,
+        ItemStatus,
+        Membership,
+        ModelVersion,
+        Prediction,
+        Project,
+        Role,
+    )
+
+    rng = random.Random(0)
+    password = make_password(PASSWORD)  # hashed once: every bench user has the same password
+    users = get_user_model().objects.bulk_create(
+        get_user_model()(username=f"reviewer{k}", password=password) for k in range(reviewers + 1)
+    )
+    projects = {}
+    for slug in (REVIEW, EXPORT, IMPORT):
+        project = Project.objects.create(slug=slug, name=slug, tool="decision", mode="rank", overlap=1)
+        project.current_version = ModelVersion.objects.allocate(project, label="untrained", trained=False)
+        project.save(update_fields=["current_version"])
+        Membership.objects.bulk_create(Membership(project=project, user=u, role=Role.REVIEWER) for u in users)
+        projects[slug] = project
+
+    samples = [_incident(rng) for _ in range(64)]
+    version = projects[REVIEW].current_version
+    predicted = tooling.predict_batch(version, [inputs for inputs, _ in samples])
+    batch = 5000
+    for start in range(0, count, batch):
+        size = min(batch, count - start)
+        picks = [rng.randrange(len(samples)) for _ in range(size)]
+        items = Item.objects.bulk_create(
+            Item(project=projects[REVIEW], inputs=samples[k][0], status=ItemStatus.READY,
+                 confidence=rng.random()) for k in picks
+        )
+        Prediction.objects.bulk_create(
+            Prediction(item=item, model_version=version, receipt=predicted[k]["receipt"],
+                       trace=predicted[k]["trace"], confidence=item.confidence)
+            for item, k in zip(items, picks, strict=True)
+        )
+        done = Item.objects.bulk_create(
+            Item(project=projects[EXPORT], inputs=samples[k][0], status=ItemStatus.DONE, final_answers=1)
+            for k in picks
+        )
+        author = users[0]
+        Answer.objects.bulk_create(
+            Answer(item=item, reviewer=author, kind=AnswerKind.TARGET, target=samples[k][1],
+                   source=projects[EXPORT].source_for(item.pk, author))
+            for item, k in zip(done, picks, strict=True)
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE annotate_item SET prediction_id = p.id FROM annotate_prediction p "
+            "WHERE p.item_id = annotate_item.id AND annotate_item.project_id = %s", [projects[REVIEW].pk]
+        )
+        cursor.execute("VACUUM ANALYZE")
+    first = Item.objects.filter(project=projects[REVIEW]).order_by("id").values_list("id", flat=True).first()
+    return {"users": [u.username for u in users], "baseline_item": first, "samples": samples}
+
+
+def _incident(rng: random.Random) -> tuple[dict, str]:
+    import tools_decision
+
+    return tools_decision._incident(rng)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start_gunicorn(port: int, env: dict, data_dir: Path) -> subprocess.Popen:
+    log = (data_dir / "gunicorn.log").open("wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "annotate.wsgi", "--workers", "2", "--bind", f"127.0.0.1:{port}",
+         "--worker-class", "sync", "--timeout", "120", "--log-level", "warning"],
+        cwd=ROOT, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/accounts/login/")
+            if conn.getresponse().status == 200:
+                return server
+        except OSError:
+            pass
+        if server.poll() is not None:
+            raise SystemExit(f"gunicorn exited with {server.returncode}; see {data_dir / 'gunicorn.log'}")
+        time.sleep(0.2)
+    _stop(server)
+    raise SystemExit(f"gunicorn did not answer within 60 s; see {data_dir / 'gunicorn.log'}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# -- an HTTP session ---------------------------------------------------------------------------------------------
+class Session:
+    """One signed-in reviewer over one keep-alive connection: cookies, CSRF, and the server time of each call."""
+
+    def __init__(self, base: str, username: str):
+        parts = urlsplit(base)
+        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        self.cookies: dict[str, str] = {}
+        page = self.request("GET", "/accounts/login/")
+        token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.body).group(1).decode()
+        reply = self.request("POST", "/accounts/login/", {"username": username, "password": PASSWORD,
+                                                          "csrfmiddlewaretoken": token})
+        if reply.status != 302:
+            raise SystemExit(f"sign-in of {username} failed: HTTP {reply.status}")
+
+    def request(self, method: str, path: str, form: dict | None = None, *, htmx: bool = False) -> Reply:
+        headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
+        body = None
+        if method == "POST":
+            headers["X-CSRFToken"] = self.cookies.get("csrftoken", "")
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+            body = urlencode(form or {})
+        if htmx:
+            headers["HX-Request"] = "true"
+        started = time.perf_counter()
+        self.conn.request(method, path, body=body, headers=headers)
+        response = self.conn.getresponse()
+        data = response.read()
+        client_ms = (time.perf_counter() - started) * 1000
+        for header, value in response.getheaders():
+            if header.lower() == "set-cookie":
+                name, _, rest = value.partition("=")
+                self.cookies[name] = rest.split(";", 1)[0]
+        timing = re.search(r"dur=([\d.]+)", response.getheader("Server-Timing") or "")
+        return Reply(response.status, data, dict(response.getheaders()), float(timing.group(1)) if timing else
+                     float("nan"), client_ms)
+
+
+class Reply:
+    def __init__(self, status: int, body: bytes, headers: dict, server_ms: float, client_ms: float):
+        self.status, self.body, self.headers = status, body, headers
+        self.server_ms, self.client_ms = server_ms, client_ms
+
+
+def _check(reply: Reply, what: str, *expected: int) -> Reply:
+    if reply.status not in (expected or (200,)):
+        raise SystemExit(f"{what}: HTTP {reply.status}: {reply.body[:300]!r}")
+    return reply
+
+
+# -- measurements ----------------------------------------------------------------------------------------------
+def _server_times(base: str, seeded: dict, rounds: int) -> dict:
+    """claim-next, the item page and the baseline in turn, one request at a time, by one reviewer."""
+    session = Session(base, seeded["users"][-1])
+    baseline = f"/bench/baseline/{seeded['baseline_item']}/"
+    times: dict[str, list[float]] = {"baseline": [], "claim_next": [], "item_page": []}
+    for k in range(rounds + 10):
+        base_reply = _check(session.request("GET", baseline), "baseline")
+        claim = _check(session.request("POST", f"/projects/{REVIEW}/review/next/", htmx=True), "claim-next")
+        item_url = claim.headers.get("HX-Push-Url")
+        if not item_url:
+            raise SystemExit("claim-next returned no item: the review queue is empty; raise --items")
+        page = _check(session.request("GET", item_url), "item page")
+        _check(session.request("POST", item_url + "submit/", {"choice": "h0"}, htmx=True), "submit")
+        if k >= 10:  # the first requests warm both workers
+            times["baseline"].append(base_reply.server_ms)
+            times["claim_next"].append(claim.server_ms)
+            times["item_page"].append(page.server_ms)
+    return {f"{name}_p50_ms": statistics.median(values) for name, values in times.items()}
+
+
+def _item_list(base: str, seeded: dict, rounds: int) -> dict:
+    """The filtered item list's p95, when the site has one (`projects/<slug>/items/`)."""
+    session = Session(base, seeded["users"][-1])
+    path = f"/projects/{REVIEW}/items/?{urlencode(LIST_FILTERS)}"
+    if session.request("GET", path).status == 404:
+        return {"list_p95_ms": None}
+    times = [_check(session.request("GET", path), "item list").server_ms for _ in range(max(20, rounds // 3))]
+    return {"list_p95_ms": _percentile(times, 95)}
+
+
+def _submit_load(base: str, seeded: dict, args, env: dict) -> dict:
+    """`--reviewers` reviewers claim and submit for `--seconds`, from a second process."""
+    spec = json.dumps({"base": base, "users": seeded["users"][:args.reviewers], "seconds": args.seconds})
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--load", spec],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=args.seconds + 300)
+    if done.returncode != 0:
+        raise SystemExit(f"load process failed ({done.returncode}): {done.stderr[-2000:]}")
+    load = json.loads(done.stdout.strip().splitlines()[-1])
+    server, client = load["submit_server_ms"], load["submit_client_ms"]
+    return {
+        "submits": len(server), "submit_errors": load["errors"], "submit_5xx": load["status_5xx"],
+        "submit_p50_ms": statistics.median(server), "submit_p99_ms": _percentile(server, 99),
+        "submit_client_p50_ms": statistics.median(client), "submit_client_p99_ms": _percentile(client, 99),
+        "claim_load_p99_ms": _percentile(load["claim_server_ms"], 99),
+    }
+
+
+def _load_process(args) -> None:
+    """(the second process) Reviewers in threads, each with its own session; prints one JSON line."""
+    spec = json.loads(args.load)
+    deadline = time.monotonic() + spec["seconds"]
+    lock = threading.Lock()
+    out = {"submit_server_ms": [], "submit_client_ms": [], "claim_server_ms": [], "errors": [], "status_5xx": 0}
+
+    def reviewer(username: str) -> None:
+        try:
+            session = Session(spec["base"], username)
+            while time.monotonic() < deadline:
+                claim = session.request("POST", f"/projects/{REVIEW}/review/next/", htmx=True)
+                item_url = claim.headers.get("HX-Push-Url")
+                if claim.status != 200:
+                    raise RuntimeError(f"claim-next: HTTP {claim.status}")
+                if not item_url:
+                    return  # the queue is empty
+                submit = session.request("POST", item_url + "submit/", {"choice": "h0"}, htmx=True)
+                with lock:
+                    out["status_5xx"] += (claim.status >= 500) + (submit.status >= 500)
+                    out["claim_server_ms"].append(claim.server_ms)
+                    if submit.status == 200:
+                        out["submit_server_ms"].append(submit.server_ms)
+                        out["submit_client_ms"].append(submit.client_ms)
+                    else:
+                        out["errors"].append(f"submit: HTTP {submit.status}")
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            with lock:
+                out["errors"].append(f"{username}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=reviewer, args=(name,)) for name in spec["users"]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(json.dumps(out))
+
+
+def _export(env: dict, data_dir: Path) -> dict:
+    """`manage.py export_experience` of the export project in a child process: wall time and peak RSS."""
+    command = [sys.executable, "manage.py", "export_experience", EXPORT]
+    seconds, rss_mb, output = _timed_child(command, env)
+    return {"export_s": seconds, "export_mb": rss_mb, "export_output": output}
+
+
+def _import(env: dict, data_dir: Path, count: int) -> dict:
+    """`manage.py import_items --no-predict` of `count` items from a JSONL file, in a child process."""
+    rng = random.Random(1)
+    path = data_dir / "items.jsonl"
+    with path.open("w", encoding="utf-8") as handle:
+        for _ in range(count):
+            handle.write(json.dumps({"inputs": _incident(rng)[0]}) + "\n")
+    command = [sys.executable, "manage.py", "import_items", IMPORT, str(path), "--no-predict"]
+    seconds, rss_mb, output = _timed_child(command, env)
+    return {"import_s": seconds, "import_mb": rss_mb, "import_output": output}
+
+
+# Runs a command's script and then reports its peak RSS. Read from inside: a child's `ru_maxrss` (wait4,
+# RUSAGE_CHILDREN) starts from the parent's RSS at fork on Linux, while VmHWM belongs to the child's own memory.
+_PEAK = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    print("peak-rss-kib", peak.split()[1], file=sys.stderr)
+"""
+
+
+def _timed_child(command: list[str], env: dict) -> tuple[float, float, str]:
+    """Run `python SCRIPT ARGS...`; its wall time, its peak RSS in MB and its output."""
+    started = time.perf_counter()
+    done = subprocess.run([command[0], "-c", _PEAK, *command[1:]], cwd=ROOT, env={**os.environ, **env},
+                          capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    output = (done.stdout + done.stderr).strip()
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command[1:])} failed ({done.returncode}): {output[-2000:]}")
+    peak = re.search(r"peak-rss-kib (\d+)", done.stderr)
+    return seconds, int(peak.group(1)) / 1024 if peak else float("nan"), output
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+# -- the table ---------------------------------------------------------------------------------------------------
+def _report(args, r: dict) -> None:
+    base = r["baseline_p50_ms"]
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    rows = [
+        ("baseline (1 indexed SELECT) p50, server", f"{base:.1f} ms", "", ""),
+        ("claim-next p50, server", f"{r['claim_next_p50_ms']:.1f} ms",
+         f"{r['claim_next_p50_ms'] / base:.1f}x baseline (goal <= {GOALS['ratio']:.0f}x)",
+         verdict(r["claim_next_p50_ms"] <= GOALS["ratio"] * base)),
+        ("item page p50, server", f"{r['item_page_p50_ms']:.1f} ms",
+         f"{r['item_page_p50_ms'] / base:.1f}x baseline (goal <= {GOALS['ratio']:.0f}x)",
+         verdict(r["item_page_p50_ms"] <= GOALS["ratio"] * base)),
+        (f"submit p99, server, {args.reviewers} reviewers", f"{r['submit_p99_ms']:.1f} ms",
+         f"goal <= {GOALS['submit_p99_ms']:.0f} ms; p50 {r['submit_p50_ms']:.1f} ms, {r['submits']} submits, "
+         f"{r['submit_5xx']} 5xx, {len(r['submit_errors'])} errors", verdict(r["submit_p99_ms"] <= 100
+                                                                               and not r["submit_errors"])),
+        (f"submit p99, client, {args.reviewers} reviewers", f"{r['submit_client_p99_ms']:.1f} ms",
+         f"p50 {r['submit_client_p50_ms']:.1f} ms (includes waiting for one of 2 workers)", ""),
+    ]
+    if r["list_p95_ms"] is None:
+        rows.append(("filtered item list p95, server", "not available", "the site has no item list yet", ""))
+    else:
+        rows.append(("filtered item list p95, server", f"{r['list_p95_ms']:.1f} ms",
+                     f"goal <= {GOALS['list_p95_ms']:.0f} ms; {r['list_p95_ms'] / base:.1f}x baseline",
+                     verdict(r["list_p95_ms"] <= GOALS["list_p95_ms"])))
+    rows += [
+        (f"export of {args.items:,} records, wall", f"{r['export_s']:.1f} s", f"goal <= {GOALS['export_s']:.0f} s",
+         verdict(r["export_s"] <= GOALS["export_s"])),
+        ("export peak RSS", f"{r['export_mb']:.0f} MB", f"goal < {GOALS['export_mb']:.0f} MB",
+         verdict(r["export_mb"] < GOALS["export_mb"])),
+        (f"import of {args.items:,} items, wall", f"{r['import_s']:.1f} s", f"goal <= {GOALS['import_s']:.0f} s; "
+         f"peak RSS {r['import_mb']:.0f} MB", verdict(r["import_s"] <= GOALS["import_s"])),
+    ]
+    print()
+    print(f"team_scale: {args.items:,} items per project, PostgreSQL, gunicorn 2 sync workers, "
+          f"{os.cpu_count()} CPUs")
+    width = max(len(row[0]) for row in rows)
+    for name, value, note, result in rows:
+        print(f"  {name:<{width}}  {value:>12}  {result:<8} {note}")
+    if r["submit_errors"]:
+        print("  submit errors:", "; ".join(r["submit_errors"][:5]))
+
+
+if __name__ == "__main__":
+    main()
