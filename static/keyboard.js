@@ -36,7 +36,8 @@
 
   function activate(el) {
     var details = el.closest("details");
-    if (details && !details.open) details.open = true;
+    // A <summary> shortcut toggles its own <details> by the click below; opening it first would undo that.
+    if (details && !details.open && el.tagName !== "SUMMARY") details.open = true;
     if (isTyping(el)) {
       el.focus();
       if (el.select && el.tagName === "INPUT") el.select();

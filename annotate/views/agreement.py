@@ -24,6 +24,8 @@ from annotate.models import Adjudication, Answer, AnswerKind, Item, Project
 from annotate.views import access, display, targets
 
 PER_PAGE = 50
+_SCORE_LABELS = {"mask": "mean Jaccard overlap", "text": "mean text similarity",
+                 "numeric": "mean share of outcomes within tolerance"}
 _MEASURES = {
     "categorical": ("Percent agreement and kappa", "Two reviewers agree when they chose the same label; a "
                     "distribution counts as its most likely candidate."),
@@ -63,6 +65,7 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
         "kappa": targets.fixed(report.kappa),
         "kappa_words": targets.kappa_words(report.kappa),
         "mean_score": targets.fixed(report.mean_score),
+        "score_label": _SCORE_LABELS.get(report.measure, ""),
         "pairs": pairs,
         "chart_height": 24 * len(pairs) + 2,
         "split": _split(report.items, report.agreed, counts["disagreements"], counts["adjudicated"]),
@@ -199,7 +202,7 @@ def _workspace(request, project: Project, item: Item, *, error: str = "", status
         "current_target": targets.describe(project.mode, item.inputs, current.target) if current else None,
         "revisions": list(current.revisions.select_related("adjudicator")) if current else [],
         "inputs": display.inputs_view(item.inputs, None),
-        "editor": display.editor_view(project.mode, item.inputs, receipt, current.target if current else None),
+        "editor": display.editor_view(project.mode, item.inputs, receipt, _draft(project, current, finals)),
         "can_adjudicate": item.disagreement or current is not None,
         "next_url": reverse("adjudication_page", args=[project.slug, next_item.pk]) if next_item else None,
         "list_url": reverse("disagreement_list", args=[project.slug]),
@@ -208,6 +211,16 @@ def _workspace(request, project: Project, item: Item, *, error: str = "", status
     }
     template = "annotate/_adjudication.html" if request.htmx else "annotate/adjudication.html"
     return render(request, template, context, status=status)
+
+
+def _draft(project: Project, current: Adjudication | None, finals: list[Answer]):
+    """Where the editor starts: the adjudicated target; for text, the first reviewer's text to edit; else the
+    model's answer, as on the item page."""
+    if current is not None:
+        return current.target
+    if display.editor_name(project.mode) == "text" and finals:
+        return finals[0].target
+    return None
 
 
 def _split(items: int, agreed: int, disagreements: int, adjudicated: int) -> list[dict]:

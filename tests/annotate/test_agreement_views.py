@@ -228,3 +228,53 @@ def test_settings_say_why_the_overlap_cannot_be_lowered_below_existing_answers(c
     assert "Some items already have 2 answers; the overlap cannot be lower than that." in response.content.decode()
     project.refresh_from_db()
     assert project.overlap == 2
+
+
+def _other_target(mode: str, target, inputs):
+    """A valid target of the same form that disagrees with `target`."""
+    if mode == "rank":
+        from annotate.agreement import candidate_ids
+
+        return 1 if candidate_ids(inputs).index(target) == 0 else 0  # an index: another candidate
+    if mode == "verification":
+        return "contradiction"
+    if mode == "retrieval":
+        return [list(reversed(row)) for row in target]
+    if mode == "outcomes":
+        return {**target, "outcome": target["outcome"] + 10}
+    return target + " (edited)"
+
+
+@pytest.mark.parametrize(("tool", "mode"), [
+    ("decision", "rank"), ("investigator", "rank"), ("scene", "rank"), ("investigator", "verification"),
+    ("investigator", "retrieval"), ("investigator", "proposal"), ("planner", "outcomes"), ("planner", "proposal"),
+    ("scene", "language"), ("chatbot", "reply"),
+])
+def test_every_tool_mode_lists_and_adjudicates_its_disagreements(client, project_admin, reviewer, second_reviewer,
+                                                                 tool, mode) -> None:
+    from annotate import agreement
+    from tests.annotate.ui_samples import sample
+
+    data = sample(tool, mode)
+    project = Project.objects.create(slug=f"{tool}-{mode}", name=f"{tool} {mode}", tool=tool, mode=mode, overlap=2)
+    for user, role in ((project_admin, Role.ADMIN), (reviewer, Role.REVIEWER), (second_reviewer, Role.REVIEWER)):
+        Membership.objects.create(project=project, user=user, role=role)
+    item = project.items.create(inputs=data["inputs"], status="done", final_answers=2)
+    other = _other_target(mode, data["target"], data["inputs"])
+    for user, target in ((reviewer, data["target"]), (second_reviewer, other)):
+        Answer.objects.create(item=item, reviewer=user, kind="target", target=target, source="s")
+    item.disagreement = agreement.item_disagreement(item)
+    item.save()
+    assert item.disagreement
+    client.force_login(project_admin)
+
+    listed = client.get(reverse("disagreement_list", args=[project.slug]))
+    page = client.get(reverse("adjudication_page", args=[project.slug, item.pk])).content.decode()
+    picked = client.post(reverse("adjudicate", args=[project.slug, item.pk]),
+                         {"answer": Answer.objects.get(reviewer=second_reviewer).pk}, **HX)
+
+    assert listed.status_code == 200 and f"Item {item.pk}</a>" in listed.content.decode()
+    assert page.count("Pick this") == 2 and ('data-shortcut="d"' in page) == (mode == "rank")
+    assert picked.status_code == 200 and "adjudicated: picked sam" in picked.content.decode()
+    assert Adjudication.objects.get(item=item).target == Answer.objects.get(reviewer=second_reviewer).target
+    assert client.get(reverse("agreement_page", args=[project.slug])).status_code == 200
