@@ -171,7 +171,10 @@ def _text_attention(attention: Any) -> dict[str, dict]:
 def _text_block(label: str, source_id: str, text: str, attention: dict[str, dict]) -> dict:
     source = attention.get(source_id)
     spans = source.get("spans") if source else None
-    top = max((s.get("weight", 0) for s in spans or [] if _finite(s.get("weight"))), default=0)
+    # One scale for every source: shading each against its own top word would colour a source the model hardly
+    # read as strongly as the one it relied on.
+    top = max((s.get("weight", 0) for other in attention.values() for s in other.get("spans") or []
+               if isinstance(s, dict) and _finite(s.get("weight"))), default=0)
     weight = source.get("weight") if source else None
     return {
         "label": label,

@@ -33,6 +33,20 @@ def test_highlight_ignores_overlapping_and_out_of_range_spans() -> None:
     assert [s["text"] for s in segments if s["level"]] == ["abcd", "e"]
 
 
+def test_evidence_is_shaded_on_one_scale_across_sources() -> None:
+    """A source the model hardly attended is pale, not as dark as the source it relied on."""
+    inputs = {"question": "why?", "evidence": [{"source_id": "log", "text": "disk full"},
+                                               {"source_id": "notes", "text": "all fine"}]}
+    attention = {"type": "text", "sources": [
+        {"source_id": "log", "weight": 0.9, "spans": [{"start": 0, "end": 4, "weight": 0.9}]},
+        {"source_id": "notes", "weight": 0.1, "spans": [{"start": 0, "end": 3, "weight": 0.09}]}]}
+
+    view = display.inputs_view(inputs, {"attention": attention})
+
+    levels = {block["source_id"]: [s["level"] for s in block["segments"] if s["level"]] for block in view["evidence"]}
+    assert levels == {"log": ["1.000"], "notes": ["0.100"]}
+
+
 def test_png_of_channels_first_pixels_round_trips() -> None:
     url = images.data_url([[[1.0, 0.0]], [[0.0, 1.0]], [[0.0, 0.0]]])  # (3, 1, 2): red, green
 
