@@ -17,7 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from annotate import export as exports
-from annotate import imports
+from annotate import imports, itemlist
 from annotate.models import ApiToken, Export, Item, Project, Role
 
 
@@ -104,16 +104,19 @@ def project_detail(request: HttpRequest, token: ApiToken, slug: str) -> JsonResp
     return JsonResponse(project_json(project))
 
 
-@require_http_methods(["POST"])
+@require_http_methods(["GET", "POST"])
 @token_required
 def items(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
     """`POST /api/projects/<slug>/items` with `{"items": [{"inputs": ...}, ...]}`: import them, all or nothing.
 
     201 with the new item ids; 400 with `errors` (each naming `items[i]`) and nothing imported.
+    `GET` lists the items instead (see `list_items`).
     """
     project = _reachable(token, slug)
     if project is None:
         return _not_reachable(slug)
+    if request.method == "GET":
+        return list_items(request, token, project)
     if project.role_of(token.user) != Role.ADMIN:
         return _error(403, f"importing into {slug!r} needs the project's admin role")
     body = _json_body(request, imports.max_upload_bytes())
@@ -127,6 +130,31 @@ def items(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
     except imports.ImportRejected as exc:
         return _error(400, "nothing was imported", errors=exc.errors, total_errors=exc.total)
     return JsonResponse({"created": result.count, "ids": result.item_ids}, status=201)
+
+
+def list_items(request: HttpRequest, token: ApiToken, project: Project) -> JsonResponse:
+    """`GET /api/projects/<slug>/items?<filters>`: one page of items, as the item list page filters them.
+
+    200 with `items`, `next` (pass it as `after` for the following page, null on the last), `previous` (as
+    `before`), `matching` and `capped`; 400 with `errors` (one message per bad parameter) for impossible filters.
+    """
+    try:
+        filters = itemlist.ItemFilters.parse(project, request.GET, user=token.user)
+    except itemlist.InvalidFilters as exc:
+        return _error(400, "invalid filters", errors=exc.errors)
+    result = itemlist.page(project, filters, size=itemlist.PAGE_SIZE)
+    return JsonResponse({
+        "items": [
+            {"id": row["id"], "status": row["status"], "confidence": row["confidence"],
+             "calibrated": row["calibrated"] is not None, "version": row["version_id"],
+             "final_answers": row["final_answers"], "disagreement": row["disagreement"], "preview": row["preview"]}
+            for row in result.rows
+        ],
+        "next": result.next_after,
+        "previous": result.previous_before,
+        "matching": result.matching,
+        "capped": result.capped,
+    })
 
 
 @require_GET

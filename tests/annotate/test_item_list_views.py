@@ -137,3 +137,35 @@ def test_agreement_fragment(client, project, reviewer, second_reviewer) -> None:
 
     assert "100.0%" in fragment and "all reviewers agree" in fragment and "<html" not in fragment
     assert "<html" in full and "all reviewers agree" in full
+
+
+def _bearer(user, project) -> dict:
+    from annotate.models import ApiToken
+
+    _, key = ApiToken.objects.issue(user, name="test")
+    return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+
+def test_api_lists_items_with_the_same_filters_and_cursors(client, project, reviewer, monkeypatch) -> None:
+    from annotate import itemlist
+
+    monkeypatch.setattr(itemlist, "PAGE_SIZE", 2)
+    items = make_ready_items(project, [0.1, 0.2, 0.3, 0.9])
+    url = reverse("api:items", args=[project.slug])
+
+    first = client.get(url, {"confidence_max": "0.5"}, **_bearer(reviewer, project)).json()
+    second = client.get(url, {"confidence_max": "0.5", "after": first["next"]}, **_bearer(reviewer, project)).json()
+
+    assert [row["id"] for row in first["items"]] == [items[0].pk, items[1].pk] and first["matching"] == 3
+    assert [row["id"] for row in second["items"]] == [items[2].pk] and second["next"] is None
+    assert second["previous"] == str(items[2].pk)
+
+
+def test_api_answers_impossible_filters_with_400(client, project, reviewer, outsider) -> None:
+    url = reverse("api:items", args=[project.slug])
+
+    response = client.get(url, {"confidence_min": "2", "version": "x"}, **_bearer(reviewer, project))
+
+    assert response.status_code == 400
+    assert set(response.json()["errors"]) == {"confidence_min", "version"}
+    assert client.get(url, **_bearer(outsider, project)).status_code == 404
