@@ -6,6 +6,8 @@ filters are answered with 400 and the list's error summary, never ignored.
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -33,7 +35,11 @@ def item_list(request: HttpRequest, slug: str) -> HttpResponse:
         context.update(page=results, values=filters.values(), filters=filters)
     status = 400 if context["errors"] else 200
     if request.htmx:
-        return render(request, "annotate/_item_results.html", context, status=status)
+        response = render(request, "annotate/_item_results.html", context, status=status)
+        # The address bar gets the filters without the form's empty fields, so a shared link stays readable.
+        shown = urlencode([(name, value) for name, value in request.GET.items() if value])
+        response["HX-Push-Url"] = "false" if status != 200 else request.path + (f"?{shown}" if shown else "")
+        return response
     context.update(
         statuses=ItemStatus.choices,
         reviewers=itemlist.reviewer_choices(project, request.user),
