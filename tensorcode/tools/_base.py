@@ -7,6 +7,7 @@ protocol defined here (``training_operations``, ``training_losses``, ``prepare_c
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from .._atomic import write_atomic
 from .._fingerprint import type_name
@@ -136,8 +138,7 @@ class Tool(nn.Module):
         except ValueError as exc:
             raise ToolError(f"{directory / MANIFEST}: configuration: {exc}") from exc
         # The layout the weights must have, from a skeleton on the meta device: no memory for its tensors.
-        with torch.device("meta"):
-            skeleton = cls(**configuration)
+        skeleton = meta_skeleton(cls, configuration)
         if skeleton.configuration() != configuration:
             raise ToolError(f"{directory}: configuration does not round-trip through {cls.__name__}")
         expected = {
@@ -192,6 +193,85 @@ class Tool(nn.Module):
 
     def plan_capture(self, inputs: Any, targets: Any) -> CapturePlan:  # pragma: no cover
         raise NotImplementedError
+
+
+def meta_skeleton(cls: type[Tool], configuration: dict) -> Tool:
+    """A tool built on the meta device, uninitialised: its parameters' names, shapes and dtypes, no memory."""
+    with torch.device("meta"), _SkipInitialisation():
+        return cls(**configuration)
+
+
+class _SkipInitialisation(TorchFunctionMode):
+    """Builds a skeleton without computing tensor values: a meta tensor holds none.
+
+    Many meta kernels (``normal_``, ``eye``, every out-of-place arithmetic op) are written in Python and import
+    ``torch._dynamo`` on first use, which took seconds of ``from_pretrained`` for a tool that, unless it
+    trains, never needs it. So initialisers and value-only in-place calls are skipped, and ``eye`` and scalar or
+    tensor arithmetic are answered with an empty meta tensor of the shape and dtype torch would give them. The
+    layout comes out as a real build makes it (``tests/tensorcode/tools/test_artifact_loading.py`` checks every
+    registered tool); any other call runs as usual.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", None)
+        if func in _INITIALISERS:
+            return args[0] if args else kwargs["tensor"]
+        if name in _VALUE_METHODS and args and _meta(args[0]):
+            return args[0]
+        if func is torch.eye and "out" not in kwargs:
+            rows = args[0] if args else kwargs.pop("n")
+            columns = args[1] if len(args) > 1 else kwargs.pop("m", None)
+            return torch.empty(rows, rows if columns is None else columns, **kwargs)
+        if func is torch.stack and args and _all_meta(args[0]) and "out" not in kwargs and len(args) + len(kwargs) <= 2:
+            tensors, dim = list(args[0]), args[1] if len(args) > 1 else kwargs.get("dim", 0)
+            shape = list(tensors[0].shape)
+            if all(t.shape == tensors[0].shape for t in tensors) and -len(shape) - 1 <= dim <= len(shape):
+                shape.insert(dim % (len(shape) + 1), len(tensors))
+                dtype = functools.reduce(torch.promote_types, (t.dtype for t in tensors))
+                return torch.empty(shape, dtype=dtype, device="meta")
+        if (
+            name in _ARITHMETIC
+            and len(args) == 2
+            and not kwargs
+            and all(_meta(a) or type(a) in (int, float, bool) for a in args)
+            and any(_meta(a) for a in args)
+        ):
+            dtype = torch.result_type(*args)
+            if "div" in name and not (dtype.is_floating_point or dtype.is_complex):
+                dtype = torch.get_default_dtype()
+            shape = torch.broadcast_shapes(*(a.shape for a in args if isinstance(a, torch.Tensor)))
+            return torch.empty(shape, dtype=dtype, device="meta")
+        return func(*args, **kwargs)
+
+
+def _meta(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_meta
+
+
+def _all_meta(values) -> bool:
+    return isinstance(values, (list, tuple)) and bool(values) and all(_meta(v) for v in values)
+
+
+_INITIALISERS = frozenset(
+    getattr(nn.init, name)
+    for name in dir(nn.init)
+    if name.endswith("_") and not name.startswith("_") and callable(getattr(nn.init, name))
+)
+# In-place tensor methods that change values only (never shape, dtype or device): what initialisers call.
+_VALUE_METHODS = frozenset(
+    {
+        "normal_", "uniform_", "random_", "exponential_", "bernoulli_", "cauchy_", "log_normal_", "geometric_",
+        "zero_", "fill_", "fill_diagonal_", "copy_", "erfinv_", "mul_", "div_", "add_", "sub_", "clamp_",
+        "clamp_min_", "clamp_max_", "sqrt_", "abs_", "neg_", "exp_", "sign_", "masked_fill_", "index_fill_",
+    }
+)
+_ARITHMETIC = frozenset(
+    {
+        "add", "__add__", "__radd__", "sub", "__sub__", "__rsub__", "mul", "__mul__", "__rmul__", "div",
+        "__truediv__", "__rtruediv__",
+    }
+)
 
 
 class _Objective(nn.Module):

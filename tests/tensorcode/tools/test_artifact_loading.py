@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -222,3 +224,54 @@ def test_fuzzed_artifacts_load_or_raise_tool_error(tmp_path_factory, data):
         assert not tool.training
     finally:
         shutil.rmtree(directory)
+
+
+@pytest.mark.parametrize(("name", "mode"), [(n, m) for n in tools.names() for m in tools.MODES[n]])
+def test_the_meta_skeleton_has_the_layout_of_a_real_build(name, mode):
+    """The skeleton skips initialisers, so it must still name, shape and type every tensor as a real build."""
+    from tensorcode.tools._base import meta_skeleton
+
+    tool = tools.create(name, mode=mode)
+    skeleton = meta_skeleton(type(tool), tool.configuration())
+    real = {k: (v.dtype, v.shape) for k, v in tool.state_dict().items()}
+    assert {k: (v.dtype, v.shape) for k, v in skeleton.state_dict().items()} == real
+    assert all(v.is_meta for v in skeleton.state_dict().values())
+
+
+def test_loading_a_tool_does_not_import_torch_dynamo(tmp_path):
+    """torch._dynamo costs seconds to import; a tool that only predicts never needs it (``tensorcode evaluate``)."""
+    for name in tools.names():
+        tools.create(name, **({"dim": 8} if name != "scene" else {})).save_pretrained(tmp_path / name)
+    source = (
+        "import sys\nfrom tensorcode import tools\n"
+        f"for name in {list(tools.names())!r}:\n"
+        f"    tools.load_pretrained({str(tmp_path)!r} + '/' + name)\n"
+        "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo was imported'\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", source], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: 0.02 * torch.randn(3, 4),
+        lambda: torch.randn(3, 1) + torch.randn(4),
+        lambda: torch.arange(4) / 2,
+        lambda: torch.arange(4) - 1.5,
+        lambda: 3 - torch.arange(4, dtype=torch.int16),
+        lambda: torch.stack([torch.zeros(2, dtype=torch.int32), torch.zeros(2)], dim=-1),
+        lambda: torch.stack(torch.meshgrid(torch.linspace(-1, 1, 3), torch.linspace(-1, 1, 3), indexing="ij"), 1),
+        lambda: torch.eye(3, 5, dtype=torch.float64),
+        lambda: torch.nn.init.trunc_normal_(torch.empty(2, 3)).mul_(2),
+    ],
+)
+def test_the_skeleton_gives_the_shapes_and_dtypes_of_a_real_computation(build):
+    from tensorcode.tools._base import _SkipInitialisation
+
+    real = build()
+    with torch.device("meta"), _SkipInitialisation():
+        meta = build()
+    assert meta.is_meta and (meta.shape, meta.dtype) == (real.shape, real.dtype)
