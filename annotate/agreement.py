@@ -57,11 +57,11 @@ def candidate_ids(inputs: Any) -> list[str]:
 
 def category(target: Any, inputs: Any) -> str | None:
     """A categorical target as one label: an id, an index's id, or a distribution's most likely id."""
-    ids = candidate_ids(inputs)
     if isinstance(target, str):
         return target
     if isinstance(target, bool):
         return None
+    ids = candidate_ids(inputs)
     if isinstance(target, int):
         return ids[target] if 0 <= target < len(ids) else str(target)
     if isinstance(target, list) and target and all(isinstance(p, (int, float)) for p in target):
@@ -227,6 +227,7 @@ def report(measure: str, answers: Iterable[tuple[int, str, Any, Any]]) -> Report
         pair.score = pair.score / pair.items if pair.items else 0.0
         if measure == "categorical":
             pair.kappa = cohen_kappa(pair._labels)
+        pair._labels = []  # only needed for kappa; a cached report stays small
     result.pairs = sorted(pairs.values(), key=lambda p: p.reviewers)
     result.mean_score = sum(scores) / len(scores) if scores else None
     if measure == "categorical":
@@ -235,15 +236,55 @@ def report(measure: str, answers: Iterable[tuple[int, str, Any, Any]]) -> Report
 
 
 def project_report(project) -> Report:
-    """Agreement over a project's final targets (skips and drafts are not labels)."""
+    """Agreement over a project's final targets (skips and drafts are not labels).
+
+    Reads only the items with two or more final targets, and the inputs only of items whose targets need them
+    to be read (an index or a distribution, a list of outcomes): decoding every item's inputs was most of the
+    time on a big project.
+    """
+    from django.db.models import Count
+
+    from annotate.models import Answer, AnswerKind, Item
+
+    measure = measure_of(project.tool, project.mode)
+    targets = Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET)
+    compared = targets.order_by().values("item_id").annotate(n=Count("id")).filter(n__gte=2).values("item_id")
+    rows = list(
+        targets.filter(item_id__in=compared)
+        .order_by("item_id", "reviewer__username")
+        .values_list("item_id", "reviewer__username", "target")
+        .iterator(chunk_size=5000)
+    )
+    needed = sorted({item_id for item_id, _, target in rows if _needs_inputs(measure, target)})
+    inputs: dict[int, Any] = {}
+    for start in range(0, len(needed), 5000):
+        inputs.update(Item.objects.filter(pk__in=needed[start:start + 5000]).values_list("pk", "inputs"))
+    return report(measure, ((item_id, reviewer, target, inputs.get(item_id)) for item_id, reviewer, target in rows))
+
+
+def cached_project_report(project, timeout: int = 3600) -> Report:
+    """`project_report`, kept in Django's cache until a final target of the project changes (one aggregate query
+    to tell: how many targets there are and when the latest changed)."""
+    from django.core.cache import cache
+    from django.db.models import Count, Max
+
     from annotate.models import Answer, AnswerKind
 
-    rows = (
-        Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET)
-        .order_by("item_id", "reviewer__username")
-        .values_list("item_id", "reviewer__username", "target", "item__inputs")
-    )
-    return report(measure_of(project.tool, project.mode), rows.iterator(chunk_size=2000))
+    stamp = Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET).aggregate(
+        n=Count("id"), last=Max("updated_at"))
+    last = stamp["last"].isoformat() if stamp["last"] else "-"
+    key = f"tc-agreement:{project.pk}:{project.tool}:{project.mode}:{stamp['n']}:{last}"
+    result = cache.get(key)
+    if result is None:
+        result = project_report(project)
+        cache.set(key, result, timeout)
+    return result
+
+
+def _needs_inputs(measure: str, target: Any) -> bool:
+    if measure == "categorical":
+        return not isinstance(target, str)
+    return measure == "numeric" and isinstance(target, list)
 
 
 def _positives(mask: Any) -> set[tuple[int, int]]:

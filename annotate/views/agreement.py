@@ -43,7 +43,7 @@ _MEASURES = {
 def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
     """Overall agreement, kappa for categorical targets, a table and a chart per reviewer pair."""
     project = access.admin_project(request, slug)
-    report = agreement.project_report(project)
+    report = agreement.cached_project_report(project)
     counts = Item.objects.filter(project=project).aggregate(
         disagreements=Count("id", filter=Q(disagreement=True)),
         adjudicated=Count("id", filter=Q(disagreement=True, adjudication__isnull=False)),

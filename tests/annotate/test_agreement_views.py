@@ -278,3 +278,25 @@ def test_every_tool_mode_lists_and_adjudicates_its_disagreements(client, project
     assert picked.status_code == 200 and "adjudicated: picked sam" in picked.content.decode()
     assert Adjudication.objects.get(item=item).target == Answer.objects.get(reviewer=second_reviewer).target
     assert client.get(reverse("agreement_page", args=[project.slug])).status_code == 200
+
+
+def test_the_item_page_links_admins_to_the_adjudication_of_a_disagreement(client, project, project_admin,
+                                                                          labelled) -> None:
+    split, agreed = labelled
+    client.force_login(project_admin)
+    link = reverse("adjudication_page", args=[project.slug, split.pk])
+
+    assert link in client.get(reverse("item_detail", args=[project.slug, split.pk])).content.decode()
+    assert "adjudicate</a>" not in client.get(reverse("item_detail", args=[project.slug, agreed.pk])).content.decode()
+
+
+def test_the_agreement_page_follows_a_changed_answer(client, project, project_admin, second_reviewer,
+                                                     labelled) -> None:
+    """The report is cached, but only until a final target changes."""
+    client.force_login(project_admin)
+    url = reverse("agreement_page", args=[project.slug])
+    assert '<strong id="percent-agreement">50%</strong>' in client.get(url).content.decode()
+
+    queue.submit(labelled[0], second_reviewer, "db")  # sam now agrees on the first item
+
+    assert '<strong id="percent-agreement">100%</strong>' in client.get(url).content.decode()
