@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -182,3 +184,44 @@ def test_site_example_runs_from_the_checkout(block, site) -> None:
     code = block[2].replace("127.0.0.1:8000", f"127.0.0.1:{port}")
     out = _run(["bash", "-euo", "pipefail", "-c", code], folder, env)
     assert not re.search(r'"error": "[^"]', out), out  # API errors are JSON {"error": "..."}
+
+
+@pytest.mark.integration
+def test_demo_serves_and_ctrl_c_stops_server_and_worker(site) -> None:
+    """Command one's promise: the printed address answers, and Ctrl-C stops the web server and the worker."""
+    folder, env, _ = site  # seeded already: this run only starts the worker and the server
+    port = _free_port()
+    demo = subprocess.Popen([str(BIN / "python"), "manage.py", "demo", f"127.0.0.1:{port}"], cwd=folder, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    try:
+        for line in demo.stdout:
+            lines.append(line)
+            if "Celery worker started" in line:
+                break
+        output = "".join(lines)
+        assert f"Sign in at http://127.0.0.1:{port}/ as admin / admin" in output, output
+        worker = int(re.search(r"Celery worker started \(pid (\d+)\)", output).group(1))
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=5) as answer:
+                    assert answer.status == 200
+                    break
+            except OSError:
+                assert demo.poll() is None, "".join(lines)
+                assert time.monotonic() < deadline, "the demo's address did not answer within 120 s"
+                time.sleep(0.1)
+
+        os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends: the whole foreground group
+        rest, _ = demo.communicate(timeout=120)
+        assert demo.returncode == 0, "".join(lines) + rest
+        assert "Celery worker stopped" in rest
+        with pytest.raises(ProcessLookupError):
+            os.kill(worker, 0)
+        left = subprocess.run(["ps", "-o", "pid=,args=", "-s", str(demo.pid)], capture_output=True, text=True).stdout
+        assert not left.strip(), f"still running after Ctrl-C: {left}"  # the worker's beat child included
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
