@@ -18,6 +18,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = os.environ.get("SECRET_KEY", "django-insecure-local-development-only")
 DEBUG = envconfig.flag("DEBUG", default=True)
 ALLOWED_HOSTS = envconfig.csv("ALLOWED_HOSTS", "127.0.0.1,localhost")
+# Behind a proxy that ends HTTPS, Django sees plain HTTP while browsers send `Origin: https://...`, so every POST
+# would fail the CSRF origin check: list the site's public origins here (https://annotate.example.org).
+CSRF_TRUSTED_ORIGINS = envconfig.csv("CSRF_TRUSTED_ORIGINS", "")
 
 TC_DATA_DIR = Path(os.environ.get("TC_DATA_DIR", BASE_DIR / "var")).resolve()
 TC_ARTIFACT_DIR = Path(os.environ.get("TC_ARTIFACT_DIR", TC_DATA_DIR / "artifacts")).resolve()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +114,12 @@ def test_celery_uses_json_only() -> None:
     assert celery_app.conf.result_serializer == "json"
     assert celery_app.conf.accept_content == ["json"]
     assert settings.CELERY_ACCEPT_CONTENT == ["json"]
+
+
+def test_csrf_trusted_origins_come_from_the_environment() -> None:
+    """Behind an HTTPS proxy the site's public origin must be trusted, or every form POST is refused."""
+    env = {**os.environ, "CSRF_TRUSTED_ORIGINS": "https://annotate.example.org, https://other.example.org"}
+    code = "import django; django.setup(); from django.conf import settings; print(settings.CSRF_TRUSTED_ORIGINS)"
+    done = subprocess.run([sys.executable, "-c", code], env={**env, "DJANGO_SETTINGS_MODULE": "annotate.settings"},
+                          capture_output=True, text=True, check=True, cwd=settings.BASE_DIR)
+    assert done.stdout.strip() == "['https://annotate.example.org', 'https://other.example.org']"
