@@ -225,3 +225,12 @@ def test_demo_serves_and_ctrl_c_stops_server_and_worker(site) -> None:
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
+
+
+def test_pip_install_examples_name_extras_the_package_has() -> None:
+    """The `pip install ".[extra]"` lines are not run here; the extras they name must exist."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    named = re.findall(r'pip install "\.\[(\w+)\]"', TEXT)
+    assert named and set(named) <= set(extras)
