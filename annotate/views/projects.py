@@ -9,10 +9,11 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from annotate.forms import MemberForm, ProjectForm, VersionForm
-from annotate.models import Membership, ModelVersion, Role
+from annotate.models import Claim, Membership, ModelVersion, Role
 from annotate.views import access
 
 
@@ -74,8 +75,12 @@ def member_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         messages.error(request, "You cannot remove yourself as admin; ask another admin.")
     else:
         name = membership.user.get_username()
+        held = Claim.objects.filter(item__project=project, reviewer=membership.user,
+                                    expires_at__gt=timezone.now()).count()
         membership.delete()
-        messages.success(request, f"{name} was removed from {project.name}.")
+        released = (f" The {held} item{'s' if held != 1 else ''} they were labelling went back to the queue; "
+                    f"their answers are kept.") if held else ""
+        messages.success(request, f"{name} was removed from {project.name}.{released}")
     return redirect("project_settings", slug=project.slug)
 
 

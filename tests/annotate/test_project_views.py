@@ -9,6 +9,7 @@ from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from annotate import queue
 from annotate.models import Answer, AnswerKind, Export, ExportState, Item, Membership, Project, Role
 from tests.annotate.conftest import DECISION_INPUT
 from tests.annotate.conftest import make_ready_items as ready_items
@@ -242,3 +243,21 @@ def test_export_filters_by_confidence_and_refuses_an_impossible_range(client, pr
     client.post(url, {"format": "jsonl", "minibatch_size": 8, "confidence_min": 0.5})
     export = Export.objects.get()
     assert (export.filters, export.total) == ({"confidence_min": 0.5}, 1)
+
+
+@pytest.mark.django_db
+def test_removing_a_reviewer_who_holds_a_claim_says_so_and_frees_the_item(client, project, project_admin, reviewer,
+                                                                          second_reviewer) -> None:
+    (item,) = ready_items(project, [0.1])
+    assert queue.claim_next(project, reviewer) == item
+    membership = project.memberships.get(user=reviewer)
+    client.force_login(project_admin)
+
+    page = client.post(reverse("member_remove", args=[project.slug, membership.pk]), follow=True).content.decode()
+
+    assert "rita was removed from Outages. The 1 item they were labelling went back to the queue" in page
+    assert queue.claim_next(project, second_reviewer) == item
+    client.force_login(reviewer)  # rita's open page submits after all: the project is gone for her, nothing stored
+    response = client.post(reverse("item_submit", args=[project.slug, item.pk]), {"choice": "db"}, **HX)
+    assert response.status_code == 404
+    assert not Answer.objects.filter(reviewer=reviewer).exists()
