@@ -10,8 +10,9 @@ Figures (README, "Progress"):
 - per project: items by status, members and active reviewers, finished answers per day for the last `DAYS`
   days (UTC), and per hour for the last 24 hours.
 
-Every query groups in the database (by status, by reviewer and kind, by reviewer and day, by hour), so the cost
-grows with reviewers and days, not with items. Chart geometry (`bars`, `sparkline`) is plain numbers for SVG.
+Every query groups in the database (items by status; answers by reviewer, kind and clock hour; the last hour's
+answers by reviewer), so Python sees reviewers x hours rows, never items. Chart geometry (`bars`, `sparkline`)
+is plain numbers for SVG.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max, Q
-from django.db.models.functions import TruncDate, TruncHour
+from django.db.models import Count, Max
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from annotate.models import FINAL_KINDS, Answer, AnswerKind, ItemStatus, Project
@@ -39,6 +40,7 @@ class ReviewerProgress:
     active_hours: int = 0
     last_change: datetime | None = None
     daily: list[int] = field(default_factory=lambda: [0] * DAYS)
+    _hours: set = field(default_factory=set, repr=False)
 
     @property
     def finished(self) -> int:
@@ -62,6 +64,7 @@ class ProjectProgress:
     days: list[datetime]  # the first instant of each day charted, oldest first
     daily: list[int]
     hourly: list[int]
+    at: datetime | None = None  # when the figures were read
 
     @property
     def total(self) -> int:
@@ -102,38 +105,34 @@ def project_progress(project: Project, *, now: datetime | None = None) -> Projec
 
     counts = dict(project.items.order_by().values_list("status").annotate(n=Count("id")))
     answers = Answer.objects.filter(item__project=project).order_by()
-    final = answers.filter(kind__in=FINAL_KINDS)
 
     reviewers: dict[str, ReviewerProgress] = {}
-
-    def row(name: str) -> ReviewerProgress:
-        return reviewers.setdefault(name, ReviewerProgress(name=name))
-
-    for entry in answers.values("reviewer__username", "kind").annotate(n=Count("id"), last=Max("updated_at")):
-        r = row(entry["reviewer__username"])
-        setattr(r, {AnswerKind.TARGET: "done", AnswerKind.SKIP: "skipped"}.get(entry["kind"], "drafts"), entry["n"])
-        r.last_change = max(filter(None, [r.last_change, entry["last"]]))
-    for entry in final.values("reviewer__username").annotate(
-        hours=Count(TruncHour("updated_at"), distinct=True),
-        last_hour=Count("id", filter=Q(updated_at__gt=now - timedelta(hours=1), updated_at__lte=now)),
-    ):
-        r = row(entry["reviewer__username"])
-        r.active_hours, r.last_hour = entry["hours"], entry["last_hour"]
-
-    daily = [0] * DAYS
-    recent = final.filter(updated_at__gte=days[0], updated_at__lt=today + timedelta(days=1))
-    for entry in recent.values("reviewer__username", day=TruncDate("updated_at")).annotate(n=Count("id")):
-        index = (entry["day"] - days[0].date()).days
-        if 0 <= index < DAYS:
-            row(entry["reviewer__username"]).daily[index] = entry["n"]
-            daily[index] += entry["n"]
-
-    hourly = [0] * HOURS
-    last_day = final.filter(updated_at__gte=hours[0], updated_at__lt=hour_start + timedelta(hours=1))
-    for entry in last_day.values(hour=TruncHour("updated_at")).annotate(n=Count("id")):
-        index = int((entry["hour"] - hours[0]).total_seconds() // 3600)
+    daily, hourly = [0] * DAYS, [0] * HOURS
+    # One pass over the project's answers, grouped by reviewer, kind and clock hour: every figure but the exact
+    # last 60 minutes is a sum over these groups (reviewers x kinds x active hours rows, however many items).
+    groups = answers.values("reviewer__username", "kind", hour=TruncHour("updated_at")).annotate(
+        n=Count("id"), last=Max("updated_at"))
+    for group in groups:
+        r = reviewers.setdefault(group["reviewer__username"], ReviewerProgress(name=group["reviewer__username"]))
+        kind, n, hour = group["kind"], group["n"], group["hour"]
+        field_name = {AnswerKind.TARGET: "done", AnswerKind.SKIP: "skipped"}.get(kind, "drafts")
+        setattr(r, field_name, getattr(r, field_name) + n)
+        r.last_change = max(filter(None, [r.last_change, group["last"]]))
+        if kind not in FINAL_KINDS:
+            continue
+        r._hours.add(hour)
+        day = (hour.date() - days[0].date()).days
+        if 0 <= day < DAYS:
+            r.daily[day] += n
+            daily[day] += n
+        index = int((hour - hours[0]).total_seconds() // 3600)
         if 0 <= index < HOURS:
-            hourly[index] = entry["n"]
+            hourly[index] += n
+    for r in reviewers.values():
+        r.active_hours = len(r._hours)
+    recent = answers.filter(kind__in=FINAL_KINDS, updated_at__gt=now - timedelta(hours=1), updated_at__lte=now)
+    for name, n in recent.values_list("reviewer__username").annotate(n=Count("id")):
+        reviewers[name].last_hour = n
 
     return ProjectProgress(
         counts=[(value, label, counts.get(value, 0)) for value, label in ItemStatus.choices],
@@ -142,6 +141,7 @@ def project_progress(project: Project, *, now: datetime | None = None) -> Projec
         days=days,
         daily=daily,
         hourly=hourly,
+        at=now,
     )
 
 

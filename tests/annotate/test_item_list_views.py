@@ -16,6 +16,16 @@ pytestmark = pytest.mark.django_db
 HX = {"HTTP_HX_REQUEST": "true"}
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """The progress page and its agreement fragment are cached per project id, which tests reuse."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
 def items_url(project, query: str = "") -> str:
     return reverse("item_list", args=[project.slug]) + query
 
@@ -169,3 +179,18 @@ def test_api_answers_impossible_filters_with_400(client, project, reviewer, outs
     assert response.status_code == 400
     assert set(response.json()["errors"]) == {"confidence_min", "version"}
     assert client.get(url, **_bearer(outsider, project)).status_code == 404
+
+
+def test_progress_figures_are_cached_briefly(client, project, reviewer) -> None:
+    (item,) = make_ready_items(project, [0.1])
+    client.force_login(reviewer)
+    url = reverse("project_progress", args=[project.slug])
+    assert "No answers yet" in client.get(url).content.decode()
+
+    _answer(item, reviewer, AnswerKind.TARGET, timezone.now())
+
+    assert "No answers yet" in client.get(url).content.decode()  # within PROGRESS_CACHE_SECONDS
+    from django.core.cache import cache
+
+    cache.clear()
+    assert ">rita<" in client.get(url).content.decode()

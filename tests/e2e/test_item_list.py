@@ -19,6 +19,16 @@ TOPICS = ["printer jammed on floor three", "database connection refused", "disk 
           "certificate expired overnight", "network switch rebooted"]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """The progress page and its agreement fragment are cached per project id, which tests reuse."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
 @pytest.fixture
 def team(django_user_model, monkeypatch):
     monkeypatch.setattr("annotate.itemlist.PAGE_SIZE", PAGE)
