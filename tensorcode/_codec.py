@@ -235,6 +235,10 @@ def decode_tensor(data: dict, where: str, payloads: list | None = None):
         raise ExperienceError(
             f"{where}: tensor of shape {short(shape)} {name} needs {count * size} bytes, payload has {length}"
         )
+    if len(text) > _TAIL:
+        # A truncated or corrupted file is wrong at its end most often, which a decoder finds last: decoding the
+        # tail first refuses it before the whole payload is decoded into memory.
+        _b64decode(text[-_TAIL:], where)
     raw = _b64decode(text, where)
     try:
         import torch
@@ -260,6 +264,9 @@ def decode_tensor(data: dict, where: str, payloads: list | None = None):
     return tensor
 
 
+_TAIL = 4096  # base64 characters, a multiple of 4
+
+
 def _finite(tensor) -> bool:
     # NaN and infinity propagate through a sum, so a finite sum proves every element finite; only a sum that
     # overflows needs the elementwise check, which costs many times more on a large tensor. That check runs in
@@ -271,25 +278,37 @@ def _finite(tensor) -> bool:
     return all(bool(torch.isfinite(flat[i:i + 2**20]).all()) for i in range(0, flat.numel(), 2**20))
 
 
-def lift_payloads(raw: bytes) -> tuple[bytes, list]:
+def lift_payloads(raw: bytes, limit: int | None = None) -> tuple[bytes | None, list]:
     """Take base64 payloads out of an encoded document before JSON parsing.
 
     The JSON parser scans and copies every character of a string, which made loading a large tensor several
     times slower than decoding its base64. Every ``"b64":"...`` value is replaced by ``"@<index>"`` and kept as a
     view of ``raw``; ``_b64`` resolves it. An unescaped ``"b64":"`` can only be a key and its value (a quote
     inside a JSON string is escaped), and base64 never contains ``@``, so placeholders cannot be confused.
+
+    With ``limit``, the JSON besides the payloads may hold at most ``limit`` bytes; more returns ``None`` as
+    soon as the search has passed that many bytes without a payload, so that a large file of nothing but JSON
+    is refused after scanning ``limit`` bytes of it, not all of it.
     """
     marker = b'"b64":"'
     view = memoryview(raw)
-    parts, payloads, position = [], [], 0
-    while (start := raw.find(marker, position)) >= 0:
+    parts, payloads, position, kept = [], [], 0, 0
+    while True:
+        stop = None if limit is None else position + (limit - kept) + len(marker)
+        start = raw.find(marker, position) if stop is None else raw.find(marker, position, stop)
+        if start < 0:
+            break
         begin = start + len(marker)
         end = raw.find(b'"', begin)
         if end < 0:
             break  # unterminated: the JSON parser reports the truncation
-        parts += [view[position:begin], b"@%d" % len(payloads)]
+        placeholder = b"@%d" % len(payloads)
+        parts += [view[position:begin], placeholder]
+        kept += begin - position + len(placeholder)
         payloads.append(view[begin:end])
         position = end
+    if limit is not None and kept + len(raw) - position > limit:
+        return None, []
     if not payloads:
         return raw, payloads
     parts.append(view[position:])

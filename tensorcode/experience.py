@@ -61,12 +61,13 @@ def _load(path, operations: Mapping, codecs, max_bytes: int, max_structure: int,
 
     raw = read_regular(path, max_bytes=max_bytes, error=ExperienceError, what="experience file")
     size = len(raw)
-    raw, payloads = lift_payloads(raw)
-    # Parsed JSON costs 10-25x its text in Python objects; tensor payloads cost 1x. Bound the costly part.
-    if len(raw) > max_structure:
+    # Parsed JSON costs 10-25x its text in Python objects; tensor payloads cost 1x. Bound the costly part,
+    # while the payloads are found: a file of nothing but JSON is refused once the search passes the limit.
+    raw, payloads = lift_payloads(raw, limit=max_structure)
+    if raw is None:
         raise ExperienceError(
-            f"{path}: the experience file holds {len(raw):,} bytes of JSON besides its payloads, over the limit "
-            f"of {max_structure:,}; pass a larger max_structure_bytes to load a file you trust"
+            f"{path}: the experience file holds more than {max_structure:,} bytes of JSON besides its payloads, "
+            "over the limit; pass a larger max_structure_bytes to load a file you trust"
         )
     # A long run of opening brackets is the usual shape of a nesting attack: name it before counting. Nesting
     # the run misses still ends in the parser's RecursionError, reported the same way.

@@ -230,3 +230,47 @@ def test_a_writer_never_connecting_to_a_pipe_cannot_hang_a_load_thread(tmp_path)
     worker.start()
     worker.join(5)
     assert not worker.is_alive() and outcome
+
+
+def _float_payload(count: int) -> str:
+    import base64
+
+    return base64.b64encode(torch.arange(count, dtype=torch.float32).numpy().tobytes()).decode()
+
+
+@pytest.mark.parametrize("position", [-3, -5000, 1], ids=["last-quantum", "before-the-tail", "first"])
+def test_a_corrupted_character_anywhere_in_a_large_payload_is_refused(tmp_path, position):
+    """The tail is decoded first (truncation and corruption are likeliest there); the rest is still checked."""
+    payload = list(_float_payload(10_000))
+    payload[position] = "!"
+    refused(write(tmp_path / "e.json", document(tensor([10_000], "".join(payload)))), "invalid base64 payload")
+
+
+def test_a_large_valid_payload_loads_exactly(tmp_path):
+    path = write(tmp_path / "e.json", document(tensor([10_000], _float_payload(10_000))))
+    assert torch.equal(load(path)._roots[0], torch.arange(10_000, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("where", ["without-payload", "after-a-payload"])
+def test_json_besides_payloads_over_its_limit_is_refused(tmp_path, where):
+    root = [0] * 5000
+    if where == "after-a-payload":
+        root = {"$": "tuple", "items": [tensor([10_000], _float_payload(10_000)), root]}
+    path = write(tmp_path / "e.json", json.dumps(document(root), separators=(",", ":")).encode())
+    refused(path, "holds more than 8,192 bytes of JSON besides its payloads", max_structure_bytes=8192)
+    load(path, max_structure_bytes=40_000)  # the payload does not count
+
+
+def test_lifting_payloads_under_a_limit_gives_what_an_unlimited_lift_gives():
+    from tensorcode._codec import lift_payloads
+
+    value = {"$": "tuple", "items": [tensor([4], "A" * 20), tensor([1], "AACAPw==")]}
+    raw = json.dumps(document(value), separators=(",", ":")).encode()  # as the writer writes it
+    unlimited, payloads = lift_payloads(raw)
+    assert [bytes(p) for p in payloads] == [b"A" * 20, b"AACAPw=="]
+    for limit in range(len(unlimited) - 3, len(unlimited) + 3):
+        lifted, kept = lift_payloads(raw, limit=limit)
+        if limit < len(unlimited):
+            assert lifted is None
+        else:
+            assert lifted == unlimited and [bytes(p) for p in kept] == [bytes(p) for p in payloads]
