@@ -62,9 +62,14 @@ def _id(block: tuple[int, str, str]) -> str:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    """This environment, as a newcomer's shell with it activated: no test settings, its `bin` first on PATH."""
+    """This environment, as a newcomer's shell with it activated: no test settings, its `bin` first on PATH.
+
+    PYTHONPATH names this checkout, so the examples exercise the code under test even where the environment's
+    editable install points at another checkout of the same repository.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TC_", "CELERY_", "DJANGO_", "PYTEST"))}
-    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **extra)
+    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
+               PYTHONUNBUFFERED="1", **extra)
     return env
 
 
