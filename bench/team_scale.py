@@ -156,34 +156,38 @@ def _seed(count: int, reviewers: int) -> dict:
     samples = [_incident(rng) for _ in range(64)]
     version = projects[REVIEW].current_version
     predicted = tooling.predict_batch(version, [inputs for inputs, _ in samples])
+    # One real prediction (receipt and traced call) per distinct input, shared by the items with that input:
+    # the item page reads and renders it as for any item, and seeding stays quick.
+    shown = Item.objects.bulk_create(
+        Item(project=projects[REVIEW], inputs=inputs, status=ItemStatus.READY, confidence=rng.random())
+        for inputs, _ in samples
+    )
+    predictions = Prediction.objects.bulk_create(
+        Prediction(item=item, model_version=version, receipt=result["receipt"], trace=result["trace"],
+                   confidence=item.confidence)
+        for item, result in zip(shown, predicted, strict=True)
+    )
+    for item, prediction in zip(shown, predictions, strict=True):
+        item.prediction = prediction
+    Item.objects.bulk_update(shown, ["prediction"])
+    author = users[0]
     batch = 5000
     for start in range(0, count, batch):
-        size = min(batch, count - start)
-        picks = [rng.randrange(len(samples)) for _ in range(size)]
-        items = Item.objects.bulk_create(
-            Item(project=projects[REVIEW], inputs=samples[k][0], status=ItemStatus.READY,
-                 confidence=rng.random()) for k in picks
-        )
-        Prediction.objects.bulk_create(
-            Prediction(item=item, model_version=version, receipt=predicted[k]["receipt"],
-                       trace=predicted[k]["trace"], confidence=item.confidence)
-            for item, k in zip(items, picks, strict=True)
+        picks = [rng.randrange(len(samples)) for _ in range(min(batch, count - start))]
+        Item.objects.bulk_create(
+            Item(project=projects[REVIEW], inputs=samples[k][0], status=ItemStatus.READY, confidence=rng.random(),
+                 prediction=predictions[k]) for k in (picks[len(shown):] if start == 0 else picks)
         )
         done = Item.objects.bulk_create(
             Item(project=projects[EXPORT], inputs=samples[k][0], status=ItemStatus.DONE, final_answers=1)
             for k in picks
         )
-        author = users[0]
         Answer.objects.bulk_create(
             Answer(item=item, reviewer=author, kind=AnswerKind.TARGET, target=samples[k][1],
                    source=projects[EXPORT].source_for(item.pk, author))
             for item, k in zip(done, picks, strict=True)
         )
     with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE annotate_item SET prediction_id = p.id FROM annotate_prediction p "
-            "WHERE p.item_id = annotate_item.id AND annotate_item.project_id = %s", [projects[REVIEW].pk]
-        )
         cursor.execute("VACUUM ANALYZE")
     first = Item.objects.filter(project=projects[REVIEW]).order_by("id").values_list("id", flat=True).first()
     return {"users": [u.username for u in users], "baseline_item": first, "samples": samples}
