@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from annotate import storage, tooling
 from annotate.models import ExperienceUpload, Item, ItemStatus, Project
 
 MAX_ERRORS = 20  # errors listed; the rest are counted
-BULK_BATCH = 2000  # rows per INSERT
+BULK_BATCH = 5000  # rows per INSERT or COPY
 ALLOWED_FIELDS = ("inputs",)
 
 
@@ -53,6 +53,7 @@ def import_jsonl(project: Project, stream: IO[bytes] | Iterable[bytes], *, max_b
     """Validate a JSONL file of `{"inputs": ...}` lines and import it whole, or raise `ImportRejected`."""
     data = read_limited(stream, max_upload_bytes() if max_bytes is None else max_bytes)
     records, errors = parse_jsonl(data)
+    del data  # up to the import limit: not kept while the items are written
     return _import(project, records, errors, predict=predict)
 
 
@@ -120,7 +121,7 @@ def create_items(project: Project, inputs_list: list[Any], *, predict: bool = Tr
         for start in range(0, len(inputs_list), BULK_BATCH):
             rows = [Item(project=project, inputs=inputs, status=ItemStatus.PENDING)
                     for inputs in inputs_list[start:start + BULK_BATCH]]
-            result.item_ids.extend(row.pk for row in Item.objects.bulk_create(rows))
+            result.item_ids.extend(_insert(rows))
         if predict and project.current_version_id is not None:
             result.prediction_batches = tasks.enqueue_predictions(project, result.item_ids)
     return result
@@ -160,14 +161,37 @@ def upload_experience(project: Project, user, stream, *, name: str = "") -> Expe
 
 def _import(project: Project, records: list[tuple[str, Any]], errors: list[str], *, predict: bool) -> ImportResult:
     inputs_list = []
-    for where, record in records:
+    for index, (where, record) in enumerate(records):
         try:
             inputs_list.append(validate_record(project, record))
         except ValueError as exc:
             errors.append(f"{where}: {exc}")
+        records[index] = None  # the checked copy is kept; the parsed one can go
     if errors:
         raise ImportRejected(errors[:MAX_ERRORS], total=len(errors))
     return create_items(project, inputs_list, predict=predict)
+
+
+def _insert(rows: list[Item]) -> list[int]:
+    """Insert `rows` (inside the caller's transaction) and return their ids, in order.
+
+    On PostgreSQL the rows go in with COPY under ids taken from the table's sequence first: a bulk INSERT binds
+    its JSON as text arrays quoted in Python, which made inserting cost more than checking every line.
+    """
+    if connection.vendor != "postgresql":
+        return [row.pk for row in Item.objects.bulk_create(rows)]
+    meta = Item._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(connection.ops.quote_name(c) for c in [meta.pk.column, *(f.column for f in fields)])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+                       [meta.db_table, meta.pk.column, len(rows)])
+        ids = [pk for (pk,) in cursor.fetchall()]
+        with cursor.cursor.copy(f"COPY {connection.ops.quote_name(meta.db_table)} ({columns}) FROM STDIN") as copy:
+            for pk, row in zip(ids, rows, strict=True):
+                row.pk = pk
+                copy.write_row([pk, *(f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields)])
+    return ids
 
 
 def _blocks(stream, size: int = 1 << 16):

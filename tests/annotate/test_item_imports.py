@@ -132,3 +132,19 @@ def test_experience_upload_refuses_oversize_file(project, settings) -> None:
 
     with pytest.raises(imports.ImportRejected, match="larger than the import limit"):
         imports.upload_experience(project, None, io.BytesIO(b'{"format": "tensorcode-experience"}'))
+
+
+def test_imported_ids_follow_the_files_order_across_batches(project, monkeypatch) -> None:
+    """Items are written in batches (COPY on PostgreSQL); each returned id is the item of that line."""
+    monkeypatch.setattr(imports, "BULK_BATCH", 2)
+    lines = [{"inputs": {"question": f"q{n}", "evidence": [{"source_id": "a", "text": "t"}],
+                         "hypotheses": [{"id": "x", "text": "one"}, {"id": "y", "text": "two"}]}} for n in range(5)]
+
+    result = imports.import_jsonl(project, _jsonl(*lines), predict=False)
+
+    stored = Item.objects.in_bulk(result.item_ids)
+    assert [stored[pk].inputs["question"] for pk in result.item_ids] == [f"q{n}" for n in range(5)]
+    assert {(item.project_id, item.status, item.final_answers) for item in stored.values()} == {
+        (project.pk, ItemStatus.PENDING, 0)}
+    assert all(item.created_at is not None for item in stored.values())
+    assert Item.objects.count() == 5
