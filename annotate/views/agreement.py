@@ -95,7 +95,7 @@ def disagreement_list(request: HttpRequest, slug: str) -> HttpResponse:
              "adjudication": getattr(i, "adjudication", None)} for i in page]
     context = {
         "project": project, "rows": rows, "page": page, "show": show,
-        "compared": _compared(project),
+        "compared": _compared(project) if not rows else None,  # only the empty state says it
         "open": adjudication.open_disagreements(project).count(),
         "ranking": (project.tool, project.mode) in agreement.RANKING,
     }
