@@ -136,7 +136,8 @@ def list_items(request: HttpRequest, token: ApiToken, project: Project) -> JsonR
     """`GET /api/projects/<slug>/items?<filters>`: one page of items, as the item list page filters them.
 
     200 with `items`, `next` (pass it as `after` for the following page, null on the last), `previous` (as
-    `before`), `matching` and `capped`; 400 with `errors` (one message per bad parameter) for impossible filters.
+    `before`), `matching` (up to 1,000, on the first page only; null on later pages) and `capped`; 400 with
+    `errors` (one message per bad parameter) for impossible filters.
     """
     try:
         filters = itemlist.ItemFilters.parse(project, request.GET, user=token.user)

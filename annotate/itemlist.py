@@ -3,7 +3,7 @@
 `ItemFilters.parse` turns GET parameters into filters or raises `InvalidFilters` naming every bad field (an
 impossible value is an error, never silently ignored). `page` returns one page in a stable order by seeking
 past the last row seen (`after`) or before the first (`before`): no OFFSET, so page 2,000 costs what page 1
-costs, and no COUNT(*) over the whole match (the count stops at `COUNT_CAP`).
+costs, and no COUNT(*) over the whole match (the first page counts up to `COUNT_CAP`, later pages not at all).
 
 Orders: `id`, `-id`, `confidence`, `-confidence` (the queue's confidence, `Item.confidence`; items without a
 prediction come last either way). Each is one range scan of an index declared on `Item`.
@@ -171,13 +171,14 @@ class ItemFilters:
 
 @dataclass
 class Page:
-    """One page of rows, the cursors of its neighbours and the (capped) number of matching items."""
+    """One page of rows, the cursors of its neighbours and, on the first page, the number of matching items
+    (counted up to `COUNT_CAP`; `capped` when there are more)."""
 
     rows: list[dict]
     filters: ItemFilters
     next_after: str | None
     previous_before: str | None
-    matching: int
+    matching: int | None
     capped: bool
 
     @property
@@ -203,14 +204,22 @@ def page(project: Project, filters: ItemFilters, *, size: int = PAGE_SIZE) -> Pa
         has_next = len(keys) > size
         keys = keys[:size]
         has_previous = filters.after is not None and bool(keys)
-    matching = items.order_by()[: COUNT_CAP + 1].count()
+    # Counted on the first page only: paging on must not pay for the count again (it costs more than the page
+    # itself for a dense search, as it reads up to COUNT_CAP matches).
+    positioned = filters.after is not None or filters.before is not None
+    if positioned:
+        matching = None
+    elif not has_next:  # the whole match is on this page
+        matching = len(keys)
+    else:
+        matching = items.order_by()[: COUNT_CAP + 1].count()
     return Page(
         rows=_rows([key[-1] for key in keys]),
         filters=filters,
         next_after=_encode(keys[-1], filters.sort) if has_next and keys else None,
         previous_before=_encode(keys[0], filters.sort) if has_previous else None,
-        matching=min(matching, COUNT_CAP),
-        capped=matching > COUNT_CAP,
+        matching=None if matching is None else min(matching, COUNT_CAP),
+        capped=matching is not None and matching > COUNT_CAP,
     )
 
 
