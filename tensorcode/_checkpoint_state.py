@@ -154,6 +154,58 @@ def apply_model(copies: list[tuple[Any, Any]]) -> None:
             tensor.copy_(value)
 
 
+def adoptable(copies: list[tuple[Any, Any]]) -> tuple[list, list]:
+    """Split ``(current, loaded)`` pairs into those whose loaded tensor can become the current tensor's memory
+    and those that must be copied into it.
+
+    A current tensor that alone owns all of its storage can take the loaded tensor's memory (``.data``): no
+    copy, and undoing it needs no snapshot. A view, or storage shared with another model tensor, is written
+    into, so that whatever shares it sees the new values as it always has.
+    """
+    import torch
+
+    owners: dict[int, int] = {}
+    for tensor, _ in copies:
+        if tensor.numel():
+            pointer = tensor.untyped_storage().data_ptr()
+            owners[pointer] = owners.get(pointer, 0) + 1
+    adopt, copy_in, values = [], [], set()
+    for tensor, value in copies:
+        storage = tensor.untyped_storage()
+        alone = (
+            type(tensor) in (torch.Tensor, torch.nn.Parameter)
+            and type(value) is torch.Tensor
+            and tensor.numel() > 0
+            and owners[storage.data_ptr()] == 1
+            and tensor.storage_offset() == 0
+            and storage.nbytes() == tensor.numel() * tensor.element_size()
+            and id(value) not in values
+        )
+        values.add(id(value))
+        (adopt if alone else copy_in).append((tensor, value))
+    return adopt, copy_in
+
+
+def adopt_model(pairs: list[tuple[Any, Any]]) -> None:
+    """Give each current tensor its loaded tensor's memory (moved to the current tensor's device)."""
+    import torch
+
+    with torch.no_grad():
+        for tensor, value in pairs:
+            tensor.data = value.to(tensor.device)
+
+
+def memory_snapshot(pairs: list[tuple[Any, Any]]):
+    """A ``restore()`` giving the current tensors of ``pairs`` back the memory they hold now (no copy)."""
+    before = [(tensor, tensor.data) for tensor, _ in pairs]
+
+    def restore() -> None:
+        for tensor, data in before:
+            tensor.data = data
+
+    return restore
+
+
 def optimizer_state(optimizer, model: ModelState) -> tuple[dict, dict]:
     """The JSON layout of ``optimizer`` and its tensor slots keyed ``<parameter index>/<slot>``."""
     import torch

@@ -4,21 +4,25 @@ Writing streams the header and then each tensor's bytes; nothing is assembled in
 two so a caller can check what a file holds before paying for it: ``read_header`` parses and checks the header
 alone (bounded size, containers and nesting; every dtype, shape and offset; offsets tiling the data exactly,
 so the file size is the sum of its tensors), then ``read_data`` reads each tensor straight into its own new
-storage, hashing the bytes on the way. No byte is copied twice and no file is mapped, so a file truncated by
-someone else mid-load is a refused load, not a crash (``SIGBUS``).
+storage, hashing the bytes on the way (on a second thread, while the next bytes are read). No byte is copied
+twice and no file is mapped, so a file truncated by someone else mid-load is a refused load, not a crash
+(``SIGBUS``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import queue
 import struct
 import sys
+import threading
 
 MAX_HEADER_BYTES = 100 * 2**20  # what the safetensors library itself accepts
 MAX_DIMENSIONS = 32
 _MAX_ELEMENTS = 2**60
 _CHUNK = 4 * 2**20  # hashed while still in cache
+_THREADED = 16 * 2**20  # data from which hashing on its own thread pays for the thread
 DTYPES = {
     "float64": "F64",
     "float32": "F32",
@@ -117,32 +121,70 @@ def read_header(handle, size: int, *, max_tensors: int, error: type[Exception], 
 
 
 def read_data(handle, entries: dict, digest, *, error: type[Exception], where: str) -> dict:
-    """Each entry's tensor, read in file order into its own storage; ``digest`` is updated with every byte."""
+    """Each entry's tensor, read in file order into its own storage; ``digest`` is updated with every byte.
+
+    SHA-256 costs about as much as reading, and both release the GIL: for more than a few megabytes, each
+    chunk is hashed on another thread while the next one is read, in order.
+    """
     import torch
 
     if sys.byteorder != "little":  # pragma: no cover
         raise error(f"{where}: safetensors data is little-endian; this host is big-endian")
+    total = sum(entry.end - entry.begin for entry in entries.values())
+    hasher = _Hasher(digest) if total >= _THREADED else None
+    update = digest.update if hasher is None else hasher.update
     tensors = {}
-    for entry in sorted(entries.values(), key=lambda e: e.begin):
-        count = entry.end - entry.begin
-        storage = torch.empty(count, dtype=torch.uint8)
-        view = memoryview(storage.numpy()) if count else memoryview(b"")
-        done = 0
-        while done < count:
-            try:
-                got = handle.readinto(view[done:done + _CHUNK])
-            except OSError as exc:
-                raise error(f"{where}: cannot read tensor {entry.name!r}: {exc}") from exc
-            if not got:
-                raise error(f"{where} shrank while it was read (tensor {entry.name!r} is cut short)")
-            digest.update(view[done:done + got])
-            done += got
-        if entry.dtype == "bool" and count and int(storage.max()) > 1:
-            raise error(f"{where}: bool tensor {entry.name!r} holds values other than 0 and 1")
-        tensors[entry.name] = storage.view(getattr(torch, entry.dtype)).reshape(entry.shape)
-    if handle.read(1):
-        raise error(f"{where} grew while it was read")
+    try:
+        for entry in sorted(entries.values(), key=lambda e: e.begin):
+            count = entry.end - entry.begin
+            storage = torch.empty(count, dtype=torch.uint8)
+            view = memoryview(storage.numpy()) if count else memoryview(b"")
+            done = 0
+            while done < count:
+                try:
+                    got = handle.readinto(view[done:done + _CHUNK])
+                except OSError as exc:
+                    raise error(f"{where}: cannot read tensor {entry.name!r}: {exc}") from exc
+                if not got:
+                    raise error(f"{where} shrank while it was read (tensor {entry.name!r} is cut short)")
+                update(view[done:done + got])
+                done += got
+            if entry.dtype == "bool" and count and int(storage.max()) > 1:
+                raise error(f"{where}: bool tensor {entry.name!r} holds values other than 0 and 1")
+            tensors[entry.name] = storage.view(getattr(torch, entry.dtype)).reshape(entry.shape)
+        if handle.read(1):
+            raise error(f"{where} grew while it was read")
+    finally:
+        if hasher is not None:
+            hasher.close()  # every byte read is hashed before the caller looks at the digest
     return tensors
+
+
+class _Hasher:
+    """Updates ``digest`` on its own thread with the chunks handed to ``update``, in order."""
+
+    def __init__(self, digest):
+        self._digest, self._failure = digest, None
+        self._chunks: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="tensorcode-sha256", daemon=True)
+        self._thread.start()
+
+    def update(self, chunk) -> None:
+        self._chunks.put(chunk)
+
+    def close(self) -> None:
+        self._chunks.put(None)
+        self._thread.join()
+        if self._failure is not None:
+            raise self._failure
+
+    def _run(self) -> None:
+        while (chunk := self._chunks.get()) is not None:
+            if self._failure is None:
+                try:
+                    self._digest.update(chunk)
+                except Exception as exc:  # noqa: BLE001 - re-raised by close() in the reading thread
+                    self._failure = exc
 
 
 def _entry(name: str, info, error: type[Exception], where: str) -> Entry:

@@ -13,7 +13,8 @@ any point therefore leaves the previous ``training.json`` naming its own intact 
 stay on disk until the directory is removed.
 
 A load reads the tensors file once, hashing the bytes it parses, and checks everything against the trainer
-before changing anything; applying is then all or nothing.
+before changing anything; applying is then all or nothing. The loaded tensors become the model's memory
+rather than being copied into it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from .._checkpoint_state import (
     VERSION,
     ModelState,
     Rollback,
+    adopt_model,
+    adoptable,
     apply_model,
     check_header,
     check_model,
@@ -46,6 +49,7 @@ from .._checkpoint_state import (
     describe_operations,
     dtype_name,
     field,
+    memory_snapshot,
     optimizer_state,
     read_json,
     state_bytes,
@@ -190,11 +194,17 @@ def load_checkpoint(
     limit = 4 * model_bytes + 2**20 if max_bytes is None else max_bytes
     plan = _validate(record, directory, trainer, limit)
     model, copies, prepared, modes, rng, steps, progress = plan
-    with Rollback(model.tensors.values(), trainer.optimizer) as rollback:
+    # Everything new is built and checked by now. The loaded tensors become the parameters' and buffers' memory
+    # (no copy, and no snapshot: undoing it hands the old memory back); only a tensor that shares its storage
+    # is written into, and snapshotted first.
+    adopt, copy_in = adoptable(copies)
+    with Rollback([tensor for tensor, _ in copy_in], trainer.optimizer) as rollback:
         rollback.add(_rng_snapshot(rng))
         rollback.add(_modes_snapshot(modes))
         rollback.add(_trainer_snapshot(trainer))
-        apply_model(copies)
+        rollback.add(memory_snapshot(adopt))
+        adopt_model(adopt)
+        apply_model(copy_in)
         _apply_optimizer(trainer.optimizer, prepared)
         _apply_modes(modes)
         _apply_rng(rng)

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 import tensorcode
-from tensorcode import checkpoint, training
+from tensorcode import _safetensors, checkpoint, training
 from tensorcode.checkpoint import CheckpointError
 from tensorcode.tools._base import CapturePlan, Tool
 from tensorcode.training import _checkpoint
@@ -166,6 +166,20 @@ def rewrite(directory: Path, manifest=None, tensors=None) -> None:
 @pytest.mark.parametrize("where", [0.02, 0.5, 0.99])
 def test_a_flipped_byte_fails_the_checksum(saved, where):
     trainer, directory = saved
+    _, path = files(directory)
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * where)] ^= 0x01
+    path.write_bytes(bytes(data))
+    refuses(trainer, directory, r"tensors-[0-9a-f]{32}\.safetensors fails its checksum")
+
+
+@pytest.mark.parametrize("where", [0.02, 0.5, 0.99])
+def test_a_flipped_byte_fails_the_checksum_hashed_on_another_thread(saved, where, monkeypatch):
+    """Large files are hashed on a second thread while reading goes on; every byte still counts."""
+    monkeypatch.setattr(_safetensors, "_THREADED", 0)
+    trainer, directory = saved
+    reference = make()
+    reference.load_checkpoint(directory)  # a clean file loads through the threaded path
     _, path = files(directory)
     data = bytearray(path.read_bytes())
     data[int(len(data) * where)] ^= 0x01
@@ -482,6 +496,56 @@ def test_an_interrupt_half_way_through_applying_rolls_everything_back(saved, mon
     assert applied and not torch.equal(
         applied[0]["tensors"]["net/head.weight"], state(trainer)["tensors"]["net/head.weight"]
     )
+
+
+def _memory(trainer) -> dict:
+    return {k: v.untyped_storage().data_ptr() for k, v in trainer.operations["net"].state_dict().items()}
+
+
+def test_a_rolled_back_load_hands_the_model_its_own_memory_back(saved, monkeypatch):
+    """The loaded tensors become the parameters' memory; undoing that restores the very same memory."""
+    trainer, directory = saved
+    before = _memory(trainer)
+    monkeypatch.setattr(_checkpoint, "_apply_modes", lambda pairs: (_ for _ in ()).throw(RuntimeError("late")))
+    refuses(trainer, directory, "late")
+    assert _memory(trainer) == before
+
+
+def test_a_load_keeps_the_parameter_objects_the_optimizer_owns(saved):
+    trainer, directory = saved
+    parameters = list(trainer.operations["net"].parameters())
+    trainer.load_checkpoint(directory)
+    assert all(a is b for a, b in zip(trainer.operations["net"].parameters(), parameters, strict=True))
+    assert [p for g in trainer.optimizer.param_groups for p in g["params"]] == parameters
+    adopted = _memory(trainer)
+    train(trainer, 2)  # the optimizer updates the adopted memory in place
+    assert _memory(trainer) == adopted
+
+
+class Viewed(nn.Module):
+    """A buffer that is a view of a parameter: the load must write into it, not replace either."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(3, 4))
+        self.register_buffer("row", self.weight.detach()[0])
+
+    def forward(self, x):  # (batch, 4) -> (batch, 3)
+        return x @ self.weight.t()
+
+
+def test_tensors_sharing_storage_keep_sharing_it_after_a_load(tmp_path):
+    torch.manual_seed(0)
+    module = Viewed()
+    trainer = training.Trainer.from_ops({"viewed": module}, optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1))
+    trainer.save_checkpoint(tmp_path / "run")
+    saved = module.weight.detach().clone()
+    with torch.no_grad():
+        module.weight.add_(1.0)
+    trainer.load_checkpoint(tmp_path / "run")
+    assert torch.equal(module.weight.detach(), saved)
+    assert module.row.untyped_storage().data_ptr() == module.weight.untyped_storage().data_ptr()
+    assert torch.equal(module.row, saved[0])
 
 
 def test_an_error_while_restoring_random_state_rolls_everything_back(saved, monkeypatch):
