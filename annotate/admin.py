@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.contrib import admin
 
 from annotate.models import (
+    Adjudication,
+    AdjudicationRevision,
     Answer,
     AnswerRevision,
     ApiToken,
@@ -54,8 +56,9 @@ class ModelVersionAdmin(admin.ModelAdmin):
 
 @admin.register(Item)
 class ItemAdmin(admin.ModelAdmin):
-    list_display = ["id", "project", "status", "confidence", "final_answers", "claimed_by", "claim_expires_at"]
-    list_filter = ["status", "project"]
+    list_display = ["id", "project", "status", "confidence", "final_answers", "disagreement", "claimed_by",
+                    "claim_expires_at"]
+    list_filter = ["status", "disagreement", "project"]
     list_select_related = ["project", "claimed_by"]
     raw_id_fields = ["project", "prediction", "claimed_by"]
     show_full_result_count = False
@@ -120,3 +123,23 @@ class ExperienceUploadAdmin(admin.ModelAdmin):
     list_filter = ["state"]
     raw_id_fields = ["project", "uploaded_by"]
     readonly_fields = ["summary", "reason", "checked_at"]
+
+
+class AdjudicationRevisionInline(admin.TabularInline):
+    model = AdjudicationRevision
+    extra = 0
+    can_delete = False
+    readonly_fields = ["kind", "target", "chosen_answer", "adjudicator", "note", "created_at"]
+
+
+@admin.register(Adjudication)
+class AdjudicationAdmin(admin.ModelAdmin):
+    """Read-mostly: adjudicate on the site (`annotate.adjudication` checks the target and keeps revisions)."""
+
+    list_display = ["id", "item", "kind", "adjudicator", "source", "updated_at"]
+    list_filter = ["kind"]
+    search_fields = ["source", "adjudicator__username"]
+    raw_id_fields = ["item", "chosen_answer", "adjudicator"]
+    readonly_fields = ["item", "kind", "target", "chosen_answer", "adjudicator", "source", "created_at", "updated_at"]
+    inlines = [AdjudicationRevisionInline]
+    show_full_result_count = False

@@ -300,3 +300,18 @@ def test_the_agreement_page_follows_a_changed_answer(client, project, project_ad
     queue.submit(labelled[0], second_reviewer, "db")  # sam now agrees on the first item
 
     assert '<strong id="percent-agreement">100%</strong>' in client.get(url).content.decode()
+
+
+def test_staff_see_adjudications_and_their_revisions_in_the_django_admin(client, project, project_admin,
+                                                                          labelled, django_user_model) -> None:
+    client.force_login(project_admin)
+    client.post(reverse("adjudicate", args=[project.slug, labelled[0].pk]), {"choice": "dns"})
+    staff = django_user_model.objects.create_superuser("root", password="a-long-password")
+    client.force_login(staff)
+    adjudication = Adjudication.objects.get()
+
+    listing = client.get(reverse("admin:annotate_adjudication_changelist")).content.decode()
+    change = client.get(reverse("admin:annotate_adjudication_change", args=[adjudication.pk]))
+
+    assert f"adjudication:outages/{labelled[0].pk}/ada" in listing
+    assert change.status_code == 200 and "Adjudication revisions" in change.content.decode()
