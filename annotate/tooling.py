@@ -286,25 +286,54 @@ def _predict(tool, mode: str, inputs_list: list) -> list[dict]:
 
 
 # -- experience files ------------------------------------------------------------------------------------------
-def trainer_for(version):
-    """`Trainer.from_tool` on the version's tool (a private copy: the trainer switches it to training mode)."""
+def trainer_for(version, *, capture_only: bool = False):
+    """`Trainer.from_tool` on the version's tool (a private copy: the trainer switches it to training mode).
+
+    `capture_only`: for capturing and loading experience; such a trainer refuses to train (`_capture_only`).
+    """
     from tensorcode import training
 
     materialize(version)
     tool = _tools.load_pretrained(str(version.path), device="cpu")
-    return training.Trainer.from_tool(tool)
+    return training.Trainer.from_tool(tool, optimizer=_capture_only if capture_only else None)
 
 
 def trainer_for_project(project):
-    """A trainer on the project's current version, or on a fresh tool of its configuration when it has none.
+    """A capture-only trainer on the project's current version, or on a fresh tool of its configuration when
+    it has none.
 
     Capturing records inputs and targets, not weights, so any version of the same configuration binds.
     """
     from tensorcode import training
 
     if project.current_version is not None:
-        return trainer_for(project.current_version)
-    return training.Trainer.from_tool(create_tool(project.tool, project.mode, project.configuration))
+        return trainer_for(project.current_version, capture_only=True)
+    return training.Trainer.from_tool(create_tool(project.tool, project.mode, project.configuration),
+                                      optimizer=_capture_only)
+
+
+def _capture_only(parameters):
+    """The optimizer of a trainer that captures and loads experience but never updates a weight (exports).
+
+    `Trainer.from_tool` would build SGD, and the constructor of any torch optimizer imports torch._dynamo: about
+    80 MB of an export's memory and a second of its start-up, for an optimizer that never steps.
+    """
+    from collections import OrderedDict
+
+    import torch
+
+    class CaptureOnly(torch.optim.Optimizer):
+        def __init__(self, params) -> None:  # not super().__init__: that is what imports torch._dynamo
+            self.defaults, self.state, self.param_groups = {}, {}, [{"params": list(params)}]
+            self._optimizer_step_pre_hooks, self._optimizer_step_post_hooks = OrderedDict(), OrderedDict()
+
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            self.step()
+
+        def step(self, closure=None):
+            raise RuntimeError("this trainer only captures and loads experience; it never updates weights")
+
+    return CaptureOnly(parameters)
 
 
 def capture_experience(trainer, mode: str, inputs_list: list, targets: list, sources: list[str], path: Path) -> None:

@@ -125,3 +125,12 @@ def test_readme_import_examples_are_valid_inputs() -> None:
             tooling.validate_inputs(tool, mode, json.loads(line)["inputs"])
             checked.add((tool, mode))
     assert checked == set(CASES)
+
+
+def test_an_export_trainer_captures_without_building_an_optimizer(project) -> None:
+    """Exports capture with a trainer that cannot train (its optimizer would cost an export ~80 MB)."""
+    trainer = tooling.trainer_for_project(project)
+
+    assert isinstance(trainer, training.Trainer)
+    with pytest.raises(RuntimeError, match="never updates weights"):
+        trainer.optimizer.step()
