@@ -81,7 +81,7 @@ def main() -> None:
     torch.set_num_threads(1)
     call_command("migrate", verbosity=0)
     started = time.perf_counter()
-    seeded = _seed(args.items, args.reviewers)
+    seeded = _seed(args.items, args.reviewers, visitors=args.rounds + 10)
     print(f"seeded {args.items:,} items x 3 projects, {args.reviewers} reviewers in "
           f"{time.perf_counter() - started:.0f} s ({args.database})", flush=True)
 
@@ -121,8 +121,10 @@ def _recreate_database(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def _seed(count: int, reviewers: int) -> dict:
-    """Three projects of `count` items each (review, export, import), the reviewers and a baseline item."""
+def _seed(count: int, reviewers: int, visitors: int) -> dict:
+    """Three projects of `count` items each (review, export, import), the reviewers and a baseline item.
+
+    `visitors` more reviewers each claim one item for the server-time measurement."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.hashers import make_password
     from django.db import connection
@@ -144,6 +146,9 @@ def _seed(count: int, reviewers: int) -> dict:
     password = make_password(PASSWORD)  # hashed once: every bench user has the same password
     users = get_user_model().objects.bulk_create(
         get_user_model()(username=f"reviewer{k}", password=password) for k in range(reviewers + 1)
+    )
+    users += get_user_model().objects.bulk_create(
+        get_user_model()(username=f"visitor{k}", password=password) for k in range(visitors)
     )
     projects = {}
     for slug in (REVIEW, EXPORT, IMPORT):
@@ -190,7 +195,8 @@ def _seed(count: int, reviewers: int) -> dict:
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     first = Item.objects.filter(project=projects[REVIEW]).order_by("id").values_list("id", flat=True).first()
-    return {"users": [u.username for u in users], "baseline_item": first, "samples": samples}
+    names = [u.username for u in users]
+    return {"users": names[:reviewers + 1], "visitors": names[reviewers + 1:], "baseline_item": first}
 
 
 def _incident(rng: random.Random) -> tuple[dict, str]:
@@ -290,18 +296,22 @@ def _check(reply: Reply, what: str, *expected: int) -> Reply:
 
 # -- measurements ----------------------------------------------------------------------------------------------
 def _server_times(base: str, seeded: dict, rounds: int) -> dict:
-    """claim-next, the item page and the baseline in turn, one request at a time, by one reviewer."""
-    session = Session(base, seeded["users"][-1])
+    """The baseline, claim-next and the item page in turn, one request at a time.
+
+    Each round is a reviewer of their own who holds no claim yet (signed in first, untimed), so claim-next
+    takes the full path: find the least confident free item, lock it and claim it.
+    """
     baseline = f"/bench/baseline/{seeded['baseline_item']}/"
     times: dict[str, list[float]] = {"baseline": [], "claim_next": [], "item_page": []}
-    for k in range(rounds + 10):
+    for k, visitor in enumerate(seeded["visitors"]):
+        session = Session(base, visitor)
         base_reply = _check(session.request("GET", baseline), "baseline")
         claim = _check(session.request("POST", f"/projects/{REVIEW}/review/next/", htmx=True), "claim-next")
         item_url = claim.headers.get("HX-Push-Url")
         if not item_url:
             raise SystemExit("claim-next returned no item: the review queue is empty; raise --items")
         page = _check(session.request("GET", item_url), "item page")
-        _check(session.request("POST", item_url + "submit/", {"choice": "h0"}, htmx=True), "submit")
+        session.conn.close()
         if k >= 10:  # the first requests warm both workers
             times["baseline"].append(base_reply.server_ms)
             times["claim_next"].append(claim.server_ms)
