@@ -133,15 +133,26 @@ def selected_records(project: Project, filters: dict) -> Iterator[Answer | Adjud
     The filters select answers; an adjudicated item is exported when any of its answers is selected. Answers
     come first in id order, then adjudications in item order; both have `item`, `target` and `source`.
     """
-    plain, adjudicated = _selected_parts(project, filters)
+    plain, adjudicated = selected_parts(project, filters)
     yield from plain.select_related("item", "reviewer").iterator(chunk_size=CHUNK)
     yield from adjudicated.iterator(chunk_size=CHUNK)
 
 
 def selected_count(project: Project, filters: dict) -> int:
     """How many records `selected_records` yields."""
-    plain, adjudicated = _selected_parts(project, filters)
+    plain, adjudicated = selected_parts(project, filters)
     return plain.count() + adjudicated.count()
+
+
+def selected_parts(project: Project, filters: dict) -> tuple[QuerySet[Answer], QuerySet[Adjudication]]:
+    """`selected_records` in its two parts: answers of items without an adjudication, and the adjudications.
+
+    The one selection rule of exports and training jobs (`trainingjobs.snapshot` freezes these at launch).
+    """
+    answers = selected_answers(project, filters)
+    plain = answers.filter(item__adjudication__isnull=True)
+    adjudicated = Adjudication.objects.filter(item__in=answers.values("item_id")).select_related("item", "adjudicator")
+    return plain, adjudicated.order_by("item_id")
 
 
 def create_export(project: Project, user, *, filters: Any = None, minibatch_size: int = 32,
@@ -225,21 +236,13 @@ def jsonl_record(answer: Answer | Adjudication) -> dict:
 
 
 # -- internals -------------------------------------------------------------------------------------------------
-def _selected_parts(project: Project, filters: dict) -> tuple[QuerySet[Answer], QuerySet[Adjudication]]:
-    """`selected_records` in its two parts: answers of items without an adjudication, and the adjudications."""
-    answers = selected_answers(project, filters)
-    plain = answers.filter(item__adjudication__isnull=True)
-    adjudicated = Adjudication.objects.filter(item__in=answers.values("item_id")).select_related("item", "adjudicator")
-    return plain, adjudicated.order_by("item_id")
-
-
 def _entries(project: Project, filters: dict) -> Iterator[tuple[dict, Any, Any, str]]:
     """`selected_records` as `(JSONL record, inputs, target, source)`, in the same order.
 
     Plain answers are read as tuples of the columns written, not model instances: at 100,000 answers building
     three model objects per row (answer, item, reviewer) costs more than the database does.
     """
-    plain, adjudicated = _selected_parts(project, filters)
+    plain, adjudicated = selected_parts(project, filters)
     for row in plain.values_list(*_ROW).iterator(chunk_size=CHUNK):
         yield _jsonl_record(row), row[1], row[2], row[3]
     for adjudication in adjudicated.iterator(chunk_size=CHUNK):

@@ -60,7 +60,7 @@ def main() -> None:
     latency = (job.first_step_at - job.queued_at).total_seconds()
     wall = (job.finished_at - job.queued_at).total_seconds()
     fit = _direct_fit(job)
-    print(f"items {args.items} ({len(job.train_records)} trained, {len(job.held_out_records)} held out), "
+    print(f"items {args.items} ({job.train_count} trained, {job.held_out_count} held out), "
           f"{job.total_steps} steps, dim {args.dim}, broker {os.environ.get('CELERY_BROKER_URL', 'filesystem')}")
     print(f"queued -> first step (warm worker): {latency:.2f} s  (goal <= 3 s)")
     print(f"job wall (queued -> finished):      {wall:.1f} s")

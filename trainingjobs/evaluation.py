@@ -20,7 +20,7 @@ def compare(job, new_version, held_out: list) -> dict:
     if not held_out:
         return {"held_out": 0, "note": "no held-out records (held-out fraction 0 or fewer than two items)"}
     paths = [str(path) for path in held_out]
-    metrics: dict = {"held_out": len(job.held_out_records)}
+    metrics: dict = {"held_out": job.held_out_count}
     base = job.base_version
     versions = {"new": new_version} | ({"base": base} if base is not None else {})
     for name, version in versions.items():
@@ -57,7 +57,7 @@ def refit_calibration(job, tool) -> dict | None:
     Returns the fit report, or None when the project is not an Investigator verifier or nothing is held out.
     """
     project = job.project
-    if project.tool != "investigator" or project.mode != "verification" or not job.held_out_records:
+    if project.tool != "investigator" or project.mode != "verification" or not job.held_out_count:
         return None
     examples = snapshot.held_out_examples(job)
     report = tool.calibrate_verifier([example[1] for example in examples], [example[2] for example in examples])

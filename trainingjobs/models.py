@@ -98,9 +98,13 @@ class TrainingJob(models.Model):
     # The step and time at which the current attempt started: the ETA is measured on this attempt only.
     attempt_step = models.PositiveIntegerField(default=0)
     attempt_started_at = models.DateTimeField(null=True, blank=True)
-    # The data, frozen at launch: ids of the answer revisions (immutable rows) trained on and held out.
+    # The data, frozen at launch: ids of the answer revisions (immutable rows) trained on and held out, and for
+    # adjudicated items (which contribute their adjudicated target instead of their answers) the ids of the
+    # adjudication revisions current at launch, so that adjudicating again later changes no job.
     train_records = models.JSONField(default=list, blank=True)
     held_out_records = models.JSONField(default=list, blank=True)
+    train_adjudications = models.JSONField(default=list, blank=True)
+    held_out_adjudications = models.JSONField(default=list, blank=True)
     metrics = models.JSONField(default=dict, blank=True)
     log = models.TextField(blank=True, help_text=f"The last {LOG_TAIL_LINES} lines of the job's log.")
 
@@ -115,6 +119,15 @@ class TrainingJob(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
+
+    @property
+    def train_count(self) -> int:
+        """Records trained on: reviewed answers and adjudicated targets."""
+        return len(self.train_records) + len(self.train_adjudications)
+
+    @property
+    def held_out_count(self) -> int:
+        return len(self.held_out_records) + len(self.held_out_adjudications)
 
     @property
     def directory(self) -> Path:

@@ -238,7 +238,7 @@ def _finish(job_id: int, owner: str, tool) -> None:
     version = _result_version(job, owner)
     if not version.is_materialized:
         tool.save_pretrained(version.path)
-    held_out = snapshot.ensure(job, version, "held_out") if job.held_out_records else []
+    held_out = snapshot.ensure(job, version, "held_out") if job.held_out_count else []
     metrics = evaluation.compare(job, version, held_out)
     if calibration:
         metrics["calibration"] = calibration

@@ -41,22 +41,24 @@ def launch(
     except ValueError as exc:
         raise JobActionError(str(exc)) from exc
     with transaction.atomic():
-        records = list(snapshot.select_records(project, filters))
-        train, held_out = snapshot.split(records, values["held_out_fraction"], values["seed"])
-        if not train:
-            raise JobActionError("no reviewed records match; review some items (or widen the filters) first")
-        job = TrainingJob.objects.create(
+        records = snapshot.select_records(project, filters)
+        frozen = snapshot.split(records, values["held_out_fraction"], values["seed"])
+        job = TrainingJob(
             project=project,
             base_version=base_version,
             base_version_label=str(base_version),
             created_by=created_by,
             filters=filters,
-            train_records=train,
-            held_out_records=held_out,
+            **frozen,
             **values,
         )
+        if not job.train_count:
+            raise JobActionError("no reviewed records match; review some items (or widen the filters) first")
+        job.save()
+        adjudicated = len(job.train_adjudications) + len(job.held_out_adjudications)
         job.log = job.appended_log(
-            "", f"launched: {len(train)} training and {len(held_out)} held-out records from {base_version}"
+            "", f"launched: {job.train_count} training and {job.held_out_count} held-out records from {base_version}"
+            + (f" (adjudicated targets: {adjudicated})" if adjudicated else "")
         )
         if enqueue:
             _enqueue(job)

@@ -1,10 +1,13 @@
-"""A job's data: frozen at launch as answer revisions, written by the worker as the job's own experience files.
+"""A job's data: frozen at launch as revisions, written by the worker as the job's own experience files.
 
 Launching records which reviewed answers the job uses by the ids of their current revisions (revisions are
-never changed), split into training and held-out records by item. The worker then captures those records with
+never changed), split into training and held-out records by item. An adjudicated item contributes its
+adjudicated target instead of its reviewers' answers, as an export does (`annotate.export.selected_parts`),
+frozen as the id of the adjudication revision current at launch. The worker then captures those records with
 a version's trainer into `jobs/<id>/data/train/` and `jobs/<id>/data/held_out/` (one experience file per
 minibatch, as an export does; the held-out part only once training is done, so that it does not delay the
-first step), so labels given or edited after launch never change a job, and a job can be re-run exactly.
+first step), so labels given, edited or adjudicated after launch never change a job, and a job can be re-run
+exactly.
 """
 
 from __future__ import annotations
@@ -15,53 +18,101 @@ import os
 import random
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.db.models import Max
 
 MANIFEST = "manifest.json"
+ANSWER, ADJUDICATION = "answer", "adjudication"
 
 
-def select_records(project, filters: dict | None = None):
-    """The current revision of each final target answer that the export `filters` select, by item.
+@dataclass(frozen=True)
+class Selected:
+    """One record a launch freezes: an answer revision or an adjudication revision (`kind`) of an item."""
 
-    Filters are the export's (`annotate.export.validate_filters`; already validated).
+    item_id: int
+    kind: str
+    revision_id: int
+
+
+@dataclass(frozen=True)
+class Record:
+    """One frozen record as the job trains on it."""
+
+    item_id: int
+    inputs: Any
+    target: Any
+    source: str
+
+
+def select_records(project, filters: dict | None = None) -> list[Selected]:
+    """What an export of `filters` would write, as revisions current now, in item order.
+
+    The current revision of each final target answer of an item without an adjudication, and the current
+    revision of each selected item's adjudication. Filters are the export's (`annotate.export.validate_filters`;
+    already validated).
     """
     from annotate import export
-    from annotate.models import AnswerKind, AnswerRevision
+    from annotate.models import AdjudicationRevision, AnswerKind, AnswerRevision
 
-    answers = export.selected_answers(project, filters or {})
+    plain, adjudicated = export.selected_parts(project, filters or {})
     latest = (
-        AnswerRevision.objects.filter(answer__in=answers)
+        AnswerRevision.objects.filter(answer__in=plain)
         .values("answer_id")
         .annotate(last=Max("id"))
         .values_list("last", flat=True)
     )
-    return (
+    answers = (
         AnswerRevision.objects.filter(pk__in=list(latest), kind=AnswerKind.TARGET)
-        .select_related("answer__item")
         .order_by("answer__item_id", "answer_id")
+        .values_list("answer__item_id", "id")
     )
+    adjudications = (
+        AdjudicationRevision.objects.filter(adjudication__in=adjudicated.values("pk"))
+        .values("adjudication__item_id")
+        .annotate(last=Max("id"))
+        .values_list("adjudication__item_id", "last")
+    )
+    selected = [Selected(item, ANSWER, pk) for item, pk in answers]
+    selected += [Selected(item, ADJUDICATION, pk) for item, pk in adjudications]
+    # Stable: an item's answers keep their answer order; an adjudicated item has no answers here.
+    return sorted(selected, key=lambda record: record.item_id)
 
 
-def split(records, held_out_fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """Revision ids for training and for evaluation, split by item (all answers of an item on one side).
+def count(project, filters: dict | None = None) -> tuple[int, int]:
+    """(records, of which adjudicated targets) that a launch with `filters` would freeze now, for the page."""
+    from annotate import export
+
+    plain, adjudicated = export.selected_parts(project, filters or {})
+    adjudications = adjudicated.count()
+    return plain.count() + adjudications, adjudications
+
+
+def split(records: list[Selected], held_out_fraction: float, seed: int) -> dict[str, list[int]]:
+    """The job's frozen fields (`train_records`, `held_out_records`, `train_adjudications`,
+    `held_out_adjudications`): revision ids split by item (all records of an item on one side).
 
     At least one item is held out when the fraction is positive and there are two items or more; at least one
     item is always trained on.
     """
-    by_item: dict[int, list[int]] = {}
+    by_item: dict[int, list[Selected]] = {}
     for record in records:
-        by_item.setdefault(record.answer.item_id, []).append(record.pk)
+        by_item.setdefault(record.item_id, []).append(record)
     items = sorted(by_item)
     random.Random(seed).shuffle(items)
     held = 0
     if held_out_fraction > 0 and len(items) >= 2:
         held = min(len(items) - 1, max(1, math.floor(held_out_fraction * len(items) + 0.5)))
     held_items = set(items[:held])
-    train = [pk for item in sorted(by_item) if item not in held_items for pk in by_item[item]]
-    held_out = [pk for item in sorted(held_items) for pk in by_item[item]]
-    return train, held_out
+    parts: dict[str, list[int]] = {"train_records": [], "held_out_records": [], "train_adjudications": [],
+                                   "held_out_adjudications": []}
+    for item in sorted(by_item):
+        side = "held_out" if item in held_items else "train"
+        for record in by_item[item]:
+            parts[f"{side}_{'records' if record.kind == ANSWER else 'adjudications'}"].append(record.revision_id)
+    return parts
 
 
 def ensure(job, version, part: str) -> list[Path]:
@@ -76,20 +127,20 @@ def ensure(job, version, part: str) -> list[Path]:
 
 
 def held_out_examples(job) -> list[tuple[int, object, object]]:
-    """(item id, inputs, reviewed target) of each held-out record, in the frozen order."""
-    return [(r.answer.item_id, r.answer.item.inputs, r.target) for r in _records(job.held_out_records)]
+    """(item id, inputs, reviewed or adjudicated target) of each held-out record, in the frozen order."""
+    return [(r.item_id, r.inputs, r.target) for r in _records(job, "held_out")]
 
 
 def _write(job, version, part: str, root: Path) -> None:
     from annotate import tooling
     from trainingjobs.runner import JobFailed
 
-    ids = job.train_records if part == "train" else job.held_out_records
-    if part == "train" and not ids:
+    expected = job.train_count if part == "train" else job.held_out_count
+    if part == "train" and not expected:
         raise JobFailed("the job has no reviewed records to train on; review items first, then launch again")
-    records = _records(ids)
-    if len(records) != len(ids):
-        raise JobFailed(f"{len(ids) - len(records)} of the job's frozen {part} records no longer exist")
+    records = _records(job, part)
+    if len(records) != expected:
+        raise JobFailed(f"{expected - len(records)} of the job's frozen {part} records no longer exist")
     trainer = tooling.trainer_for(version)
     root.parent.mkdir(parents=True, exist_ok=True)
     # Written into a temporary sibling and published by renaming, so a crash never leaves a partial snapshot.
@@ -103,23 +154,38 @@ def _write(job, version, part: str, root: Path) -> None:
                 tooling.capture_experience(
                     trainer,
                     job.project.mode,
-                    [r.answer.item.inputs for r in batch],
+                    [r.inputs for r in batch],
                     [r.target for r in batch],
-                    [r.answer.source for r in batch],
+                    [r.source for r in batch],
                     staging / name,
                 )
             except ValueError as exc:
-                raise JobFailed(f"cannot capture {part} records {batch[0].pk}..{batch[-1].pk}: {exc}") from exc
+                raise JobFailed(
+                    f"cannot capture {part} records of items {batch[0].item_id}..{batch[-1].item_id}: {exc}"
+                ) from exc
             names.append(name)
-        (staging / MANIFEST).write_text(json.dumps({"files": names, "records": ids}, indent=1))
+        manifest = {"files": names, "records": getattr(job, f"{part}_records"),
+                    "adjudications": getattr(job, f"{part}_adjudications")}
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
         os.replace(staging, root)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
-def _records(ids: list[int]) -> list:
-    from annotate.models import AnswerRevision
+def _records(job, part: str) -> list[Record]:
+    """The frozen records of `part` that still exist, in item order (an item's answers in their frozen order)."""
+    from annotate.models import AdjudicationRevision, AnswerRevision
 
-    rows = AnswerRevision.objects.select_related("answer__item").in_bulk(ids)
-    return [rows[pk] for pk in ids if pk in rows]
+    answer_ids, adjudication_ids = getattr(job, f"{part}_records"), getattr(job, f"{part}_adjudications")
+    answers = AnswerRevision.objects.select_related("answer__item").in_bulk(answer_ids)
+    adjudications = AdjudicationRevision.objects.select_related("adjudication__item", "adjudicator").in_bulk(
+        adjudication_ids
+    )
+    records = [Record(r.answer.item_id, r.answer.item.inputs, r.target, r.answer.source)
+               for r in (answers[pk] for pk in answer_ids if pk in answers)]
+    # The source names the admin of the frozen revision, not whoever adjudicated the item last.
+    records += [Record(r.adjudication.item_id, r.adjudication.item.inputs, r.target,
+                       job.project.adjudication_source_for(r.adjudication.item_id, r.adjudicator))
+                for r in (adjudications[pk] for pk in adjudication_ids if pk in adjudications)]
+    return sorted(records, key=lambda record: record.item_id)  # stable: frozen answer order within an item

@@ -17,7 +17,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from annotate.models import ModelVersion
 from annotate.views.access import admin_project
-from trainingjobs import plot, services
+from trainingjobs import plot, services, snapshot
 from trainingjobs.forms import ContinueForm, LaunchForm
 from trainingjobs.models import TrainingJob
 
@@ -45,9 +45,12 @@ def project_jobs(request, slug: str):
         else:
             messages.success(request, f"Job {job.pk} queued.")
             return _redirect(request, "trainingjobs:job", job.pk)
+    records, adjudicated = snapshot.count(project)
     context = {
         "project": project,
         "form": form,
+        "records": records,
+        "adjudicated": adjudicated,
         "jobs": project.training_jobs.select_related("base_version", "result_version")[:50],
         "versions": project.versions.all()[:50],
     }

@@ -47,8 +47,8 @@ class Command(BaseCommand):
                                   enqueue=not here, **settings)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(f"job {job.pk} launched: {len(job.train_records)} training and "
-                          f"{len(job.held_out_records)} held-out records, {job.epochs} epochs")
+        self.stdout.write(f"job {job.pk} launched: {job.train_count} training and "
+                          f"{job.held_out_count} held-out records, {job.epochs} epochs")
         if not here:
             self.stdout.write("queued on the `gpu` queue; start a worker with: celery -A annotate worker -Q gpu")
             return
