@@ -164,9 +164,12 @@ class Trace:
         ref = self.ref(target)
         return evaluate(self, [ref], inputs=inputs, boundary=boundary)[0]
 
-    def _plan(self, targets: tuple, boundary: str) -> tuple[list[int], dict, list[int]]:
-        """The closure of ``targets`` (checked), consumer counts and roots read; cached, as training replays the
-        same supervised outputs every epoch. Recorded calls never change, so only new calls invalidate it."""
+    def _plan(self, targets: tuple, boundary: str) -> tuple[list[int], list[tuple], list[int]]:
+        """The closure of ``targets`` (checked) as replay steps, and the roots read; cached, as training replays
+        the same supervised outputs every epoch. Recorded calls never change, so only new calls invalidate it.
+
+        A step is ``(index, call, external, values to drop once it ran)``: an intermediate value is dropped
+        after its last consumer in the closure, unless it is a target."""
         if self._plans.get("calls") != len(self.calls):  # a new call may change any closure: start afresh
             self._plans = {"calls": len(self.calls)}
         key = (targets, boundary)
@@ -183,12 +186,18 @@ class Trace:
                     f"replay reaches external effect call {i} ({call.name}); pass boundary='recorded' to use its "
                     "recorded result instead of invoking it"
                 )
-        counts = dict.fromkeys(closure, 0)
+        last = {}
         for i in closure:
             for d in self.calls[i].dependencies:
-                counts[d] += 1
+                last[d] = i
+        keep = set(targets)
+        drops: dict[int, list[int]] = {}
+        for d, i in last.items():
+            if d not in keep:
+                drops.setdefault(i, []).append(d)
+        steps = [(i, self.calls[i], self.calls[i].kind == EXTERNAL, drops.get(i, ())) for i in closure]
         used = sorted({r for i in closure for r in self.calls[i].roots})
-        self._plans[key] = plan = (closure, counts, used)
+        self._plans[key] = plan = (closure, steps, used)
         return plan
 
     # -- release and save --------------------------------------------------------------------------------------
@@ -464,7 +473,7 @@ def evaluate(
         session._check_output_ref(ref)
     calls = session.calls
     targets = [r.call for r in refs]
-    closure, counts, used = session._plan(tuple(targets), boundary)
+    closure, steps, used = session._plan(tuple(targets), boundary)
     roots = session._roots
     if inputs:
         roots = list(roots)
@@ -485,25 +494,20 @@ def evaluate(
                     )
     if adapt is not None:
         roots = {r: adapt(roots[r]) for r in used}  # only the roots this replay reads
-    uses = dict(counts)
-    keep = set(targets)
     values: dict[int, Any] = {}
     build = _tracing.build
     token = _tracing.STATE.set(_tracing.SUPPRESSED)
     try:
-        for i in closure:
-            call = calls[i]
-            if call.kind == EXTERNAL:
+        for i, call, external, drops in steps:
+            if external:
                 recorded = _tracing.fresh(call.recorded)
                 values[i] = adapt(recorded) if adapt is not None else recorded
             else:
                 args = build(call.arg_tree, values, roots)
                 kwargs = build(call.kwarg_tree, values, roots) if call.kwarg_tree else {}
                 values[i] = _invoke(call.op, args, kwargs)
-            for d in call.dependencies:
-                uses[d] -= 1
-                if not uses[d] and d not in keep:
-                    del values[d]
+            for d in drops:
+                del values[d]
     finally:
         _tracing.STATE.reset(token)
     return [_tracing.extract(values[r.call], r.path) for r in refs]

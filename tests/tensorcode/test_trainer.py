@@ -546,6 +546,49 @@ def test_unknown_loss_is_refused_naming_the_registered_ones(adam_trainer):
     assert_refused_without_change(adam_trainer, session, r"unknown loss 'hinge'.*'cross_entropy'")
 
 
+
+def test_fit_refuses_non_finite_gradients_before_any_parameter_changes(adam_trainer):
+    ops = adam_trainer.operations
+    x, y = batch()
+    with tensorcode.trace() as session:
+        logits = ops["head"](ops["encoder"](x))
+    session.supervise(logits, y, loss="nan_gradient", source="human:1")
+    before, steps = state(adam_trainer), adam_trainer.steps
+    with pytest.raises(ValueError, match="non-finite gradients"):
+        adam_trainer.fit([session])
+    assert_same_state(before, state(adam_trainer))
+    assert adam_trainer.steps == steps and all(p.grad is None for p in adam_trainer.parameters)
+
+
+def test_fit_checks_every_session_before_the_first_update(adam_trainer):
+    ops = adam_trainer.operations
+    x, y = batch()
+    with tensorcode.trace() as session:
+        logits = ops["head"](ops["encoder"](x))
+    session.supervise(logits, y, loss="hinge", source="human:1")
+    before, steps = state(adam_trainer), adam_trainer.steps
+    with pytest.raises(ValueError, match="unknown loss 'hinge'"):
+        adam_trainer.fit([supervised(ops), session])
+    assert_same_state(before, state(adam_trainer))
+    assert adam_trainer.steps == steps
+
+
+def test_an_optimizer_with_its_own_zero_grad_is_still_asked_to_zero():
+    """The trainer drops gradients itself only for optimizers that keep torch's zero_grad."""
+
+    class Counting(torch.optim.SGD):
+        calls = 0
+
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            type(self).calls += 1
+            super().zero_grad(set_to_none=set_to_none)
+
+    operations = program()
+    trainer = training.Trainer.from_ops(operations, optimizer=lambda ps: Counting(ps, lr=0.1))
+    trainer.step(supervised(operations))
+    assert Counting.calls == 1
+    assert all(p.grad is not None for p in trainer.parameters)  # kept after the update, as before
+
 def test_huge_but_finite_gradients_are_not_mistaken_for_non_finite_ones():
     """Their norm overflows float32; the elementwise check still accepts them."""
     operations = program()
