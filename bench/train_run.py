@@ -13,7 +13,10 @@ Goal: run with checkpoints <= 1.1x the hand-written loop with checkpoints.
 The CLI part starts ``python -m tensorcode train`` on the same files and measures the time until it reports
 its first step, next to ``python -c "import torch"``: torch's import should be the only large cost.
 
-Run: ``python bench/train_run.py [--rounds N] [--epochs N] [--files N] [--batch N]``.
+It also times ``python -m tensorcode evaluate`` on those files, start to exit: loading a tool must not import
+``torch._dynamo`` (seconds), which only training needs (torch's optimizers import it).
+
+Run: ``python bench/train_run.py [--rounds N] [--epochs N] [--files N] [--batch N] [--cli-only]``.
 """
 
 from __future__ import annotations
@@ -92,8 +95,14 @@ def library_run(paths: list[Path], epochs: int, checkpoint: Path | None) -> tupl
 
 def cli_start_up(tool_dir: Path, paths: list[Path], work: Path, rounds: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    first_step, torch_import, python = [], [], []
+    first_step, evaluate, torch_import, python = [], [], [], []
     for r in range(rounds):
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "tensorcode", "evaluate", str(tool_dir), *map(str, paths[:20])],
+            env=env, stdout=subprocess.DEVNULL, cwd=work, check=True,
+        )
+        evaluate.append(time.perf_counter() - started)
         started = time.perf_counter()
         process = subprocess.Popen(
             [sys.executable, "-m", "tensorcode", "train", str(tool_dir), *map(str, paths[:20]), "-o",
@@ -111,6 +120,7 @@ def cli_start_up(tool_dir: Path, paths: list[Path], work: Path, rounds: int) -> 
             into.append(time.perf_counter() - started)
     return {
         "first_step": statistics.median(first_step),
+        "evaluate": statistics.median(evaluate),
         "torch_import": statistics.median(torch_import),
         "python": statistics.median(python),
     }
@@ -122,11 +132,15 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--files", type=int, default=150)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--cli-only", action="store_true", help="only the CLI start-up figures")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         paths = write_experiences(work, args.files, args.batch)
         Decision().save_pretrained(work / "tool")
+        if args.cli_only:
+            print_cli(cli_start_up(work / "tool", paths, work, args.rounds))
+            return
         steps = args.files * args.epochs
         print(f"Decision (dim 32), {args.files} experience files x {args.batch} reviews, {args.epochs} epochs = "
               f"{steps} steps, Adam, checkpoint every {INTERVAL} steps; median of {args.rounds} rounds")
@@ -157,11 +171,16 @@ def main() -> None:
         print(f"  ratio with checkpoints: {ratio:.3f}x (goal <= {GOAL}x); without: {bare:.3f}x")
         print(f"  checkpoints' share of the run: {100 * share:.1f}% (hand loop: {100 * hand_share:.1f}%)")
         print("  final weights: identical on all four variants")
-        cli = cli_start_up(work / "tool", paths, work, args.rounds)
-        print(f"CLI train start-up to its first step: {cli['first_step']:.2f} s; `import torch` alone "
-              f"{cli['torch_import']:.2f} s; bare Python {cli['python']:.2f} s; the rest (tensorcode, loading "
-              f"the tool and 20 files, first step) {cli['first_step'] - cli['torch_import']:.2f} s")
+        print_cli(cli_start_up(work / "tool", paths, work, args.rounds))
         print("PASS" if ratio <= GOAL else f"FAIL: ratio {ratio:.3f} > {GOAL}")
+
+
+def print_cli(cli: dict) -> None:
+    print(f"CLI train start-up to its first step: {cli['first_step']:.2f} s; `import torch` alone "
+          f"{cli['torch_import']:.2f} s; bare Python {cli['python']:.2f} s; the rest (tensorcode, loading "
+          f"the tool and 20 files, first step) {cli['first_step'] - cli['torch_import']:.2f} s")
+    print(f"CLI evaluate on the same 20 files, start to exit: {cli['evaluate']:.2f} s "
+          f"({cli['evaluate'] - cli['torch_import']:.2f} s more than `import torch`)")
 
 
 if __name__ == "__main__":
