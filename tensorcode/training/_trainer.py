@@ -176,6 +176,10 @@ class Trainer:
     ) -> dict:
         """Restore a checkpoint (all or nothing) and return its progress mapping.
 
+        The loaded tensors become the memory of the parameters and buffers (the objects stay the same, so the
+        optimizer and any hooks keep them); a tensor whose storage is shared, such as a view kept as a buffer,
+        is written into instead. A view of a parameter taken before the load keeps the old values.
+
         ``max_bytes`` and ``max_manifest_bytes`` raise the limits on untrusted files (README, "Loading untrusted
         files"): by default the tensors may be what this trainer's state can need and ``training.json`` 64 MiB.
         """
