@@ -9,9 +9,9 @@ with predictions), one to export (every item answered) and an empty one to impor
 under gunicorn with 2 workers on loopback (settings `bench/scale_site`: the site's own, plus a
 `Server-Timing` header and a baseline view doing one indexed SELECT, which exist only here), and it measures:
 
-- server time (the `Server-Timing` header: Django and its middleware) of claim-next (`review/next`, htmx),
-  the item page and the baseline, requested one at a time in turn by one signed-in reviewer;
-  goal: claim-next and item page p50 <= 2x the baseline's p50;
+- server time (the `Server-Timing` header: Django and its middleware) of the baseline, claim-next
+  (`review/next`, htmx) and the item page, one request at a time, each round by a signed-in reviewer who holds
+  no claim yet (so claim-next takes its full path); goal: claim-next and item page p50 <= 2x the baseline's;
 - label submit p99 with `--reviewers` reviewers (16) claiming and submitting with their own sessions, from a
   second process for `--seconds`, each waiting `--think` seconds between submits (default 0: back to back);
   goal: p99 <= 100 ms (server time and, for reference, what the client saw);
@@ -20,7 +20,8 @@ under gunicorn with 2 workers on loopback (settings `bench/scale_site`: the site
   as a child process: wall time and its peak RSS; goals <= 60 s and < 300 MB;
 - `manage.py import_items --no-predict` of a JSONL file of `--items` items: wall time; goal <= 60 s.
 
-`--items 2000` runs in about a minute; the README's figures are from the full 100,000-item run.
+`--items 2000` runs in about a minute; the README's figures are from the full 100,000-item run. The data
+directory (exports, gunicorn's log) is removed after a successful run; the database is kept for a look.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -101,6 +103,7 @@ def main() -> None:
     results.update(_export(env, data_dir))
     results.update(_import(env, data_dir, args.items))
     _report(args, results)
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 # -- set-up ------------------------------------------------------------------------------------------------------
