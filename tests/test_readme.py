@@ -33,6 +33,7 @@ NOT_RUN = {
     "bash .ci/run": "command two is this test suite",
     'pip install ".[vec]"': "installs into the environment; tests/test_packaging.py builds the distribution",
     'pip install ".[tools]"': "installs into the environment; tests/test_packaging.py builds the distribution",
+    ".venv/bin/python bench/team_scale.py": "a benchmark that seeds 100,000 items into PostgreSQL; run by hand",
 }
 # Shell examples that talk to the site, by their first line; the others run from any folder.
 SITE = ("python manage.py", "KEY=$(python manage.py")
