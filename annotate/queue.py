@@ -72,7 +72,7 @@ def claim_next(project: Project, user, *, now=None) -> Item | None:
             .first()
         )
         if held is not None:
-            item = Item.objects.select_for_update().get(pk=held)
+            item = _for_page(Item.objects.select_for_update(of=("self",))).get(pk=held)
             return _claim(item, user, expires)
         rejected: list[int] = []
         for _ in range(_MAX_ATTEMPTS):
@@ -140,6 +140,22 @@ def save_draft(item: Item, user, target) -> Answer:
         if answer is not None and answer.is_final:
             return answer
         return _write(answer, item, user, AnswerKind.DRAFT, tooling.to_json(target), "", "draft saved")
+
+
+def answer_and_previous(project: Project, user, item: Item) -> tuple[Answer | None, int | None]:
+    """`user`'s answer to `item` and the item they answered last in `project` before it, in one query.
+
+    The previous item is the one `previous(project, user, before=item)` gives; when `item`'s own answer is final
+    it is looked up after it (a second query), since "before" is then relative to that answer.
+    """
+    latest = _final_answers(user, item__project=project).order_by("-updated_at", "-id").values("pk")[:1]
+    rows = list(Answer.objects.filter(reviewer=user).filter(Q(item=item) | Q(pk=Subquery(latest))))
+    answer = next((row for row in rows if row.item_id == item.pk), None)
+    if answer is not None and answer.is_final:
+        before = previous(project, user, before=item)
+        return answer, before.pk if before else None
+    other = next((row for row in rows if row.item_id != item.pk), None)
+    return answer, other.item_id if other else None
 
 
 def previous(project: Project, user, before: Item | None = None) -> Item | None:
@@ -211,7 +227,12 @@ def _candidates(project: Project, user, now):
         count = active.order_by().values("item").annotate(n=Count("id")).values("n")
         items = items.annotate(active_claims=Coalesce(Subquery(count, output_field=IntegerField()), Value(0)))
         items = items.filter(active_claims__lt=project.overlap - F("final_answers"))
-    return items.in_queue_order().select_for_update(skip_locked=True, of=("self",))
+    return _for_page(items.in_queue_order().select_for_update(skip_locked=True, of=("self",)))
+
+
+def _for_page(items):
+    """What the item page reads with an item (its prediction and model version), so a claim need not re-read it."""
+    return items.select_related("prediction", "prediction__model_version")
 
 
 def _free_slots(item: Item, user, project: Project, now) -> int:
@@ -228,6 +249,7 @@ def _claim(item: Item, user, expires) -> Item:
     item.claimed_by = user
     item.claim_expires_at = expires
     item.save(update_fields=["claimed_by", "claim_expires_at"])
+    item.viewer_claim_expires = expires  # the claim just made, for the item page (`access.project_item`)
     return item
 
 

@@ -72,6 +72,19 @@ TEMPLATES = [
 DATABASES = {"default": envconfig.database_from_url(os.environ.get("TC_DATABASE", "sqlite"), TC_DATA_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# A shared cache (Redis: `TC_CACHE_URL=redis://host:6379/0`) lets every request read its session from the cache
+# instead of the database (`cached_db`: written through to the database, so sessions survive a cache flush).
+# Without one, the cache is per process and sessions stay in the database alone: a per-process session cache
+# would let one gunicorn worker keep serving a session another worker has already logged out.
+TC_CACHE_URL = os.environ.get("TC_CACHE_URL", "")
+if TC_CACHE_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": TC_CACHE_URL,
+                          "KEY_PREFIX": os.environ.get("TC_CACHE_KEY_PREFIX", "tc")}}
+    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    SESSION_ENGINE = "django.contrib.sessions.backends.db"
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -9,8 +9,9 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 
-from annotate.models import Item, Membership, Project
+from annotate.models import Claim, Item, Membership, Project
 
 
 def member_project(request, slug: str) -> Project:
@@ -36,11 +37,17 @@ def admin_project(request, slug: str) -> Project:
     return project
 
 
-def project_item(project: Project, pk: int) -> Item:
-    """Item `pk` of `project` (404 for another project's item), with its prediction and model version."""
-    item = get_object_or_404(
-        Item.objects.select_related("prediction", "prediction__model_version"), pk=pk, project=project
-    )
+def project_item(project: Project, pk: int, *, viewer=None) -> Item:
+    """Item `pk` of `project` (404 for another project's item), with its prediction and model version.
+
+    With `viewer`, the same query reads when that user's active claim on the item expires
+    (`item.viewer_claim_expires`, None without one), which the item page shows.
+    """
+    items = Item.objects.select_related("prediction", "prediction__model_version")
+    if viewer is not None:
+        claims = Claim.objects.filter(item=OuterRef("pk"), reviewer=viewer, expires_at__gt=timezone.now())
+        items = items.annotate(viewer_claim_expires=Subquery(claims.values("expires_at")[:1]))
+    item = get_object_or_404(items, pk=pk, project=project)
     item.project = project  # the services read item.project; this saves them a query
     return item
 

@@ -20,7 +20,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from annotate import queue
 from annotate.forms import SkipForm, parse_target
-from annotate.models import Answer, Claim, Item, ItemStatus, Project
+from annotate.models import Claim, Item, ItemStatus, Project
 from annotate.views import access, display
 
 
@@ -39,7 +39,7 @@ def review_next(request: HttpRequest, slug: str) -> HttpResponse:
 def item_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """One item: inputs, prediction, trace, guidelines and (for its reviewer) the target editor."""
     project = access.member_project(request, slug)
-    item = access.project_item(project, pk)
+    item = access.project_item(project, pk, viewer=request.user)
     return _workspace(request, project, item)
 
 
@@ -104,7 +104,8 @@ def _show_next(request: HttpRequest, project: Project) -> HttpResponse:
     item = queue.claim_next(project, request.user)
     if item is None:
         return _queue_empty(request, project)
-    return _navigate(request, project, access.project_item(project, item.pk))
+    item.project = project
+    return _navigate(request, project, item)
 
 
 def _navigate(request: HttpRequest, project: Project, item: Item, **extra) -> HttpResponse:
@@ -147,14 +148,17 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
                status: int = 200) -> HttpResponse:
     user = request.user
     now = timezone.now()
-    answer = Answer.objects.filter(item=item, reviewer=user).first()
-    claim = Claim.objects.filter(item=item, reviewer=user, expires_at__gt=now).first()
+    answer, previous_pk = queue.answer_and_previous(project, user, item)
+    if hasattr(item, "viewer_claim_expires"):  # read with the item (item page) or just made (claim-next)
+        claim_expires = item.viewer_claim_expires
+    else:
+        claim = Claim.objects.filter(item=item, reviewer=user, expires_at__gt=now).first()
+        claim_expires = claim.expires_at if claim else None
     prediction = item.prediction
     receipt = prediction.receipt if prediction else None
     draft = answer.target if answer is not None else None
-    # Before an item the reviewer has not answered, "previous" is simply their latest answer (one query less).
-    previous_url = _previous_url(project, user, item if answer is not None and answer.is_final else None)
-    can_edit = claim is not None or answer is not None
+    previous_url = reverse("item_detail", args=[project.slug, previous_pk]) if previous_pk else None
+    can_edit = claim_expires is not None or answer is not None
     read_only_reason = ""
     if not can_edit:
         if item.status in (ItemStatus.DONE, ItemStatus.SKIPPED):
@@ -163,14 +167,14 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
             read_only_reason = "This item waits for the model's prediction."
         else:
             read_only_reason = "This item is not assigned to you: review the next item to label."
-    if answer is not None and answer.kind == "draft" and claim is None and not error:
+    if answer is not None and answer.kind == "draft" and claim_expires is None and not error:
         notice = notice or "Your earlier work on this item is kept as a draft; your claim on it has ended."
     context = {
         "project": project,
         "item": item,
         "answer": answer,
         "prediction": prediction,
-        "claim_expires_at": claim.expires_at if claim else None,
+        "claim_expires_at": claim_expires,
         "inputs": display.inputs_view(item.inputs, receipt),
         "receipt": display.receipt_view(receipt, item.inputs, project.mode,
                                         prediction.confidence if prediction else None),

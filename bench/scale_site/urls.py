@@ -1,7 +1,9 @@
-"""The site's URLs plus `bench/baseline/<pk>/`: one indexed SELECT, the yardstick of the other pages."""
+"""The site's URLs plus `bench/baseline/<pk>/` (one indexed SELECT, the yardstick of the other pages) and
+`bench/baseline-signed-in/<pk>/` (the same behind sign-in: the session and the user are read first)."""
 
 from __future__ import annotations
 
+from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.urls import include, path
 from django.views.decorators.http import require_GET
@@ -16,7 +18,16 @@ def baseline(request, pk: int) -> HttpResponse:
     return HttpResponse(f"{found}\n", content_type="text/plain")
 
 
+@require_GET
+@login_required
+def signed_in_baseline(request, pk: int) -> HttpResponse:
+    """The baseline behind sign-in: what any reviewer page costs before its own work (session, user, SELECT)."""
+    found = Item.objects.filter(pk=pk).values_list("id", flat=True).first()
+    return HttpResponse(f"{found}\n", content_type="text/plain")
+
+
 urlpatterns = [
     path("bench/baseline/<int:pk>/", baseline, name="bench_baseline"),
+    path("bench/baseline-signed-in/<int:pk>/", signed_in_baseline, name="bench_baseline_signed_in"),
     path("", include("annotate.urls")),
 ]

@@ -190,6 +190,22 @@ def test_previous_walks_back_through_answered_items(ready_items, project, review
     assert queue.previous(project, reviewer, before=items[0]) is None
 
 
+def test_answer_and_previous_agrees_with_previous(ready_items, project, reviewer) -> None:
+    """The item page's one query gives the reviewer's answer and the same "previous" as `previous`."""
+    first, second, third = ready_items(project, [0.1, 0.2, 0.3])
+    assert queue.answer_and_previous(project, reviewer, first) == (None, None)
+    for item in (first, second):
+        queue.claim_next(project, reviewer)
+        queue.submit(item, reviewer, "db")
+    queue.save_draft(third, reviewer, "dns")
+
+    draft, previous = queue.answer_and_previous(project, reviewer, third)
+    assert draft.kind == AnswerKind.DRAFT and previous == second.pk
+    answer, previous = queue.answer_and_previous(project, reviewer, second)
+    assert answer.is_final and previous == first.pk == queue.previous(project, reviewer, before=second).pk
+    assert queue.answer_and_previous(project, reviewer, first)[1] is None
+
+
 def test_undo_turns_last_answer_into_draft_and_gives_item_back(ready_items, project, reviewer) -> None:
     first, second = ready_items(project, [0.1, 0.2])
     queue.claim_next(project, reviewer)

@@ -123,3 +123,46 @@ def test_csrf_trusted_origins_come_from_the_environment() -> None:
     done = subprocess.run([sys.executable, "-c", code], env={**env, "DJANGO_SETTINGS_MODULE": "annotate.settings"},
                           capture_output=True, text=True, check=True, cwd=settings.BASE_DIR)
     assert done.stdout.strip() == "['https://annotate.example.org', 'https://other.example.org']"
+
+
+def test_sessions_use_the_shared_cache_only_when_one_is_configured() -> None:
+    """`TC_CACHE_URL` (Redis) turns on cached sessions; without it sessions stay in the database alone, since a
+    per-process cache would let one worker keep a session that another has logged out."""
+    code = ("import django; django.setup(); from django.conf import settings; "
+            "print(settings.SESSION_ENGINE, settings.CACHES['default']['BACKEND'])")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "annotate.settings"}
+    shared = subprocess.run([sys.executable, "-c", code], env={**env, "TC_CACHE_URL": "redis://127.0.0.1:6379/9"},
+                            capture_output=True, text=True, check=True, cwd=settings.BASE_DIR)
+    local = subprocess.run([sys.executable, "-c", code], env={**env, "TC_CACHE_URL": ""},
+                           capture_output=True, text=True, check=True, cwd=settings.BASE_DIR)
+
+    assert shared.stdout.split() == ["django.contrib.sessions.backends.cached_db",
+                                     "django.core.cache.backends.redis.RedisCache"]
+    assert local.stdout.split() == ["django.contrib.sessions.backends.db",
+                                    "django.core.cache.backends.locmem.LocMemCache"]
+
+
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_logout_ends_a_cached_session_everywhere(settings, client, django_user_model) -> None:
+    """With sessions cached in Redis, signing out ends the session for every worker: the old cookie is refused."""
+    from django.core.cache import cache
+    from django.test import Client
+
+    from tests.conftest import REDIS_URL
+
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                                   "KEY_PREFIX": f"tc-test-{os.getpid()}"}}
+    settings.SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+    django_user_model.objects.create_user("cara", password="a-long-password")
+    assert client.post(reverse("login"), {"username": "cara", "password": "a-long-password"}).status_code == 302
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    other_worker = Client()
+    other_worker.cookies[settings.SESSION_COOKIE_NAME] = cookie
+    assert other_worker.get(reverse("home")).status_code == 200
+    assert cache.get(f"django.contrib.sessions.cached_db{cookie}") is not None
+
+    client.post(reverse("logout"))
+
+    assert cache.get(f"django.contrib.sessions.cached_db{cookie}") is None
+    assert other_worker.get(reverse("home")).status_code == 302
