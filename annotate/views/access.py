@@ -29,6 +29,26 @@ def member_project(request, slug: str) -> Project:
     return project
 
 
+def member_item(request, slug: str, pk: int, *, with_claim: bool = False) -> tuple[Project, Item]:
+    """`member_project(request, slug)` and `project_item(project, pk)` in one query; 404 as either would give.
+
+    With `with_claim`, the viewer's active claim on the item comes too (`item.viewer_claim_expires`).
+    """
+    user = request.user
+    items = Item.objects.select_related(
+        "project", "project__current_version", "prediction", "prediction__model_version"
+    ).filter(pk=pk, project__slug=slug, project__in=Project.objects.for_user(user).values("pk"))
+    role = Membership.objects.filter(project=OuterRef("project_id"), user=user).values("role")[:1]
+    items = items.annotate(viewer_role=Subquery(role))
+    if with_claim:
+        claims = Claim.objects.filter(item=OuterRef("pk"), reviewer=user, expires_at__gt=timezone.now())
+        items = items.annotate(viewer_claim_expires=Subquery(claims.values("expires_at")[:1]))
+    item = get_object_or_404(items)
+    project = item.project
+    project.remember_role(user, item.viewer_role)
+    return project, item
+
+
 def admin_project(request, slug: str) -> Project:
     """The project `slug` if the signed-in user administers it; 404 for non-members, 403 for reviewers."""
     project = member_project(request, slug)
@@ -37,17 +57,11 @@ def admin_project(request, slug: str) -> Project:
     return project
 
 
-def project_item(project: Project, pk: int, *, viewer=None) -> Item:
-    """Item `pk` of `project` (404 for another project's item), with its prediction and model version.
-
-    With `viewer`, the same query reads when that user's active claim on the item expires
-    (`item.viewer_claim_expires`, None without one), which the item page shows.
-    """
-    items = Item.objects.select_related("prediction", "prediction__model_version")
-    if viewer is not None:
-        claims = Claim.objects.filter(item=OuterRef("pk"), reviewer=viewer, expires_at__gt=timezone.now())
-        items = items.annotate(viewer_claim_expires=Subquery(claims.values("expires_at")[:1]))
-    item = get_object_or_404(items, pk=pk, project=project)
+def project_item(project: Project, pk: int) -> Item:
+    """Item `pk` of `project` (404 for another project's item), with its prediction and model version."""
+    item = get_object_or_404(
+        Item.objects.select_related("prediction", "prediction__model_version"), pk=pk, project=project
+    )
     item.project = project  # the services read item.project; this saves them a query
     return item
 

@@ -8,10 +8,13 @@ and one editor, named in the two tables below, not touching the views.
 from __future__ import annotations
 
 import difflib
+import html
 import json
 import math
 import re
 from typing import Any
+
+from django.utils.safestring import SafeString, mark_safe
 
 from annotate.views import images
 
@@ -176,10 +179,12 @@ def _text_block(label: str, source_id: str, text: str, attention: dict[str, dict
     top = max((s.get("weight", 0) for other in attention.values() for s in other.get("spans") or []
                if isinstance(s, dict) and _finite(s.get("weight"))), default=0)
     weight = source.get("weight") if source else None
+    segments = highlight(text, spans or [], top)
     return {
         "label": label,
         "source_id": source_id,
-        "segments": highlight(text, spans or [], top),
+        "segments": segments,
+        "html": segments_html(segments),
         "weight": _percent(weight) if _finite(weight) else None,
         "weight_width": _width(weight) if _finite(weight) else None,
     }
@@ -206,6 +211,19 @@ def highlight(text: str, spans: list[dict], top: float | None = None) -> list[di
     if cursor < len(text):
         segments.append({"text": text[cursor:], "level": None})
     return segments
+
+
+def segments_html(segments: list[dict]) -> SafeString:
+    """The highlighted text as HTML (each text escaped): built here, not in a template loop over every span."""
+    parts = []
+    for segment in segments:
+        text = html.escape(segment["text"])
+        if segment["level"]:
+            parts.append(f'<mark class="attn" style="--w: {segment["level"]}" title="attention {segment["weight"]}">'
+                         f"{text}</mark>")
+        else:
+            parts.append(text)
+    return mark_safe("".join(parts))  # noqa: S308 - every text is escaped above; level and weight are numbers
 
 
 # ---------------------------------------------------------------------------------------------- receipts

@@ -38,8 +38,7 @@ def review_next(request: HttpRequest, slug: str) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def item_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """One item: inputs, prediction, trace, guidelines and (for its reviewer) the target editor."""
-    project = access.member_project(request, slug)
-    item = access.project_item(project, pk, viewer=request.user)
+    project, item = access.member_item(request, slug, pk, with_claim=True)
     return _workspace(request, project, item)
 
 
@@ -48,8 +47,7 @@ def item_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def item_submit(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """Validate the editor's target like the trainer does and store it; then show the next item."""
-    project = access.member_project(request, slug)
-    item = access.project_item(project, pk)
+    project, item = access.member_item(request, slug, pk)
     receipt = item.prediction.receipt if item.prediction else None
     try:
         target = parse_target(project.mode, request.POST, item.inputs, receipt)

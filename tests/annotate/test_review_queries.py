@@ -20,8 +20,8 @@ HX = {"HTTP_HX_REQUEST": "true"}
 # Counted with sessions in the database (no TC_CACHE_URL); with a shared cache the session read is one fewer.
 # The claim returns the item with its prediction and the claim it made, so the page does not read them again.
 CLAIM_NEXT_BUDGET = 12  # session, user, project with role, the claim's transaction, the answer with "previous"
-ITEM_PAGE_BUDGET = 5  # session, user, project with role, item with prediction and claim, answer with "previous"
-SUBMIT_BUDGET = 26  # the answer's transaction, then claim-next and the next item's page
+ITEM_PAGE_BUDGET = 4  # session, user, item with project, role, prediction and claim, answer with "previous"
+SUBMIT_BUDGET = 25  # the answer's transaction, then claim-next and the next item's page
 
 
 def _claim(client, project) -> str:
