@@ -27,7 +27,8 @@ def test_highlighted_html_escapes_every_text() -> None:
     segments = display.highlight("<b>db</b> & 'x'", [{"start": 3, "end": 5, "weight": 0.5}])
 
     assert display.segments_html(segments) == (
-        '&lt;b&gt;<mark class="attn" style="--w: 1.000" title="attention 0.500">db</mark>&lt;/b&gt; &amp; &#x27;x&#x27;')
+        '&lt;b&gt;<mark class="attn" style="--w: 1.000" title="attention 0.500">db</mark>'
+        "&lt;/b&gt; &amp; &#x27;x&#x27;")
 
 
 def test_highlight_ignores_overlapping_and_out_of_range_spans() -> None:
