@@ -236,10 +236,14 @@ def _for_page(items):
 
 
 def _free_slots(item: Item, user, project: Project, now) -> int:
-    if Answer.objects.filter(item=item, reviewer=user, kind__in=FINAL_KINDS).exists():
-        return 0
-    others = Claim.objects.filter(item=item, expires_at__gt=now).exclude(reviewer=user).count()
-    return project.overlap - item.final_answers - others
+    """Claims `item` can still take for `user` (0 once they answered it): one query, run with the item locked."""
+    others = Claim.objects.filter(item=OuterRef("pk"), expires_at__gt=now).exclude(reviewer=user)
+    others = others.order_by().values("item").annotate(n=Count("id")).values("n")
+    answered, taken = Item.objects.filter(pk=item.pk).values_list(
+        Exists(_final_answers(user, item=OuterRef("pk"))),
+        Coalesce(Subquery(others, output_field=IntegerField()), Value(0)),
+    ).get()
+    return 0 if answered else project.overlap - item.final_answers - taken
 
 
 def _claim(item: Item, user, expires) -> Item:
