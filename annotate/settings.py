@@ -71,6 +71,12 @@ TEMPLATES = [
 
 DATABASES = {"default": envconfig.database_from_url(os.environ.get("TC_DATABASE", "sqlite"), TC_DATA_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # Each web worker keeps its PostgreSQL connection between requests (`TC_DB_CONN_MAX_AGE` seconds; 0 closes it
+    # after every request): connecting costs as much as a page's queries. Checked before reuse, so a restarted
+    # database fails no request.
+    DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("TC_DB_CONN_MAX_AGE", 60))
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 # A shared cache (Redis: `TC_CACHE_URL=redis://host:6379/0`) lets every request read its session from the cache
 # instead of the database (`cached_db`: written through to the database, so sessions survive a cache flush).

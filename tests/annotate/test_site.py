@@ -166,3 +166,18 @@ def test_logout_ends_a_cached_session_everywhere(settings, client, django_user_m
 
     assert cache.get(f"django.contrib.sessions.cached_db{cookie}") is None
     assert other_worker.get(reverse("home")).status_code == 302
+
+
+def test_postgres_connections_are_kept_between_requests() -> None:
+    """Connecting to PostgreSQL costs as much as a page's queries: web workers keep their connection (checked)."""
+    code = ("import django; django.setup(); from django.conf import settings; d = settings.DATABASES['default']; "
+            "print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'])")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "annotate.settings",
+           "TC_DATABASE": "postgres://postgres@127.0.0.1:5432/annotate"}
+    kept = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                          cwd=settings.BASE_DIR)
+    closed = subprocess.run([sys.executable, "-c", code], env={**env, "TC_DB_CONN_MAX_AGE": "0"},
+                            capture_output=True, text=True, check=True, cwd=settings.BASE_DIR)
+
+    assert kept.stdout.split() == ["60", "True"]
+    assert closed.stdout.split() == ["0", "True"]
