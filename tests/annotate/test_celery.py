@@ -57,7 +57,7 @@ def redis_worker(tmp_path: Path):
 
 @pytest.mark.integration
 def test_worker_runs_ping_through_redis(redis_worker) -> None:
-    client = Celery("client", broker=REDIS_URL, backend=REDIS_URL)
+    client = Celery("client", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
 
     result = client.send_task("annotate.tasks.ping")
 
@@ -97,7 +97,7 @@ def test_demo_serves_site_runs_tasks_and_stops_worker(tmp_path: Path, wait_until
         assert _status(f"{site}/") == 302
 
         queue = data_dir / "broker" / "queue"
-        client = Celery("client", broker="filesystem://")
+        client = Celery("client", broker="filesystem://", set_as_current=False)
         client.conf.broker_transport_options = {
             "data_folder_in": str(queue),
             "data_folder_out": str(queue),

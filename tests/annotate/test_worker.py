@@ -19,8 +19,9 @@ from celery import Celery
 from django.conf import settings
 from django.db import connection, connections
 
+from annotate import celery_app, imports, queue, tooling
 from annotate import export as exports
-from annotate import imports, queue, tooling
+from annotate import tasks as annotate_tasks
 from annotate.management.commands.demo import worker_command
 from annotate.models import Claim, ExportState, Item, ItemStatus
 from tensorcode import training
@@ -45,9 +46,11 @@ def backend_redis_worker(tmp_path: Path, monkeypatch):
         TC_DATABASE=_database_url(), TC_DATA_DIR=str(tmp_path / "data"), TC_ARTIFACT_DIR=str(settings.TC_ARTIFACT_DIR),
         CELERY_BROKER_URL=REDIS_URL, CELERY_RESULT_BACKEND=REDIS_URL, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
     )
-    client = Celery("client", broker=REDIS_URL, backend=REDIS_URL)
+    client = Celery("client", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
     for name in ("predict_items", "run_export"):
-        monkeypatch.setattr(f"annotate.tasks.{name}.delay",
+        # The task object of the project's app itself, not the `shared_task` proxy: a proxy resolves to the
+        # current app of the thread that reads it, and the live server's thread may see another one.
+        monkeypatch.setattr(celery_app.tasks[getattr(annotate_tasks, name).name], "delay",
                             lambda *args, _name=name: client.send_task(f"annotate.tasks.{_name}", args=list(args)))
     log = tmp_path / "worker.log"
     with log.open("wb") as out:

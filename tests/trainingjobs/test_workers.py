@@ -20,10 +20,12 @@ from celery import Celery
 from django.conf import settings
 from django.db import connection
 
+from annotate import celery_app
 from annotate.management.commands.demo import worker_command
 from tests.trainingjobs.conftest import review
 from tests.trainingjobs.test_runner import assert_same_weights
 from trainingjobs import runner, services
+from trainingjobs import tasks as job_tasks
 from trainingjobs.models import JobState, TrainingJob
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -118,8 +120,10 @@ def _database_url(port: int | None = None) -> str:
 def redis_workers(tmp_path, monkeypatch):
     _empty_queues()
     workers = Workers(tmp_path, _database_url())
-    monkeypatch.setattr("trainingjobs.tasks.train_job.delay", workers.send)
-    monkeypatch.setattr("trainingjobs.tasks.repredict_pending.delay", workers.send_repredict)
+    # The task objects of the project's app itself, not the `shared_task` proxies: a proxy resolves to the current
+    # app of the thread that reads it, and a live server's thread may see another app than this one.
+    monkeypatch.setattr(celery_app.tasks[job_tasks.train_job.name], "delay", workers.send)
+    monkeypatch.setattr(celery_app.tasks[job_tasks.repredict_pending.name], "delay", workers.send_repredict)
     try:
         yield workers
     finally:
