@@ -106,6 +106,7 @@ def main() -> None:
         results.update(_submit_load(base, seeded, args, env))
     finally:
         _stop(server)
+        _forget_sessions(args.cache, env["TC_CACHE_KEY_PREFIX"])
     results.update(_export(env, data_dir))
     results.update(_import(env, data_dir, args.items))
     _report(args, results)
@@ -255,6 +256,17 @@ def _stop(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _forget_sessions(cache: str, prefix: str) -> None:
+    """Delete the sessions this run left in the shared cache (its keys all start with this run's prefix)."""
+    if cache == "none":
+        return
+    import redis
+
+    client = redis.Redis.from_url(cache)
+    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        client.delete(key)
 
 
 # -- an HTTP session ---------------------------------------------------------------------------------------------
