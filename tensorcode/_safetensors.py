@@ -21,7 +21,10 @@ import threading
 MAX_HEADER_BYTES = 100 * 2**20  # what the safetensors library itself accepts
 MAX_DIMENSIONS = 32
 _MAX_ELEMENTS = 2**60
-_CHUNK = 4 * 2**20  # hashed while still in cache
+# Read and hashed in pieces that stay in the CPU's cache: SHA-256 over bytes just read runs ~1.6x faster than
+# over bytes that have gone back to main memory (measured with bench/checkpoint_io.py).
+_CHUNK = 256 * 2**10
+_IN_FLIGHT = 8  # chunks the reader may be ahead of the hashing thread, so what it hashes is still cached
 _THREADED = 16 * 2**20  # data from which hashing on its own thread pays for the thread
 DTYPES = {
     "float64": "F64",
@@ -123,8 +126,9 @@ def read_header(handle, size: int, *, max_tensors: int, error: type[Exception], 
 def read_data(handle, entries: dict, digest, *, error: type[Exception], where: str) -> dict:
     """Each entry's tensor, read in file order into its own storage; ``digest`` is updated with every byte.
 
-    SHA-256 costs about as much as reading, and both release the GIL: for more than a few megabytes, each
-    chunk is hashed on another thread while the next one is read, in order.
+    SHA-256 costs more than reading, and both release the GIL: for more than a few megabytes, each chunk is
+    hashed on another thread while the next ones are read, in order, with the reader at most a few chunks ahead
+    so that the hashing thread reads bytes still in cache.
     """
     import torch
 
@@ -165,7 +169,7 @@ class _Hasher:
 
     def __init__(self, digest):
         self._digest, self._failure = digest, None
-        self._chunks: queue.SimpleQueue = queue.SimpleQueue()
+        self._chunks: queue.Queue = queue.Queue(maxsize=_IN_FLIGHT)
         self._thread = threading.Thread(target=self._run, name="tensorcode-sha256", daemon=True)
         self._thread.start()
 
