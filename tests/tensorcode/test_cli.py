@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 import pytest
@@ -71,7 +70,7 @@ def test_train_writes_the_tool_and_rerunning_resumes(workspace, tmp_path):
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == weights
 
 
-def test_train_killed_and_interrupted_resumes_to_the_same_tool(workspace, tmp_path):
+def test_train_killed_and_interrupted_resumes_to_the_same_tool(workspace, tmp_path, wait_until):
     """kill -9, then Ctrl-C (a clean stop), then a run to the end equals one uninterrupted run, byte for byte."""
     common = (workspace / "tool", workspace / "experiences", "--epochs", "20", "--interval", "5", "--seed", "3",
               "--optimizer", "adamw", "--lr", "0.01", "--device", "cpu")
@@ -84,10 +83,12 @@ def test_train_killed_and_interrupted_resumes_to_the_same_tool(workspace, tmp_pa
     for sig, status in ((signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 130)):
         before = step()
         process = start("train", *common, "-o", tmp_path / "part", cwd=tmp_path)
-        deadline = time.monotonic() + 120
-        while step() <= before:
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            time.sleep(0.01)
+
+        def stepped(process=process, before=before) -> bool:
+            assert process.poll() is None, process.communicate()
+            return step() > before
+
+        wait_until(stepped, timeout=120, what="a step past the last checkpoint")
         process.send_signal(sig)
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == status, stderr

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -281,14 +280,15 @@ def test_linked_run_manifest_is_not_followed(tmp_path, experiences):
 # -- kill -9 ---------------------------------------------------------------------------------------------------
 _WORKER = textwrap.dedent(
     """
-    import sys, time, torch
+    import sys, threading, torch
     from safetensors.torch import save_file
     from tensorcode import training
     from tensorcode.tools.decision import Decision
     torch.set_num_threads(1)
     checkpoint, out, slow, *paths = sys.argv[1:]
     tool = Decision(dim=16)
-    pause = (lambda report: time.sleep(0.05)) if slow == "slow" else None
+    # "slow": freeze for good after step 9 (past the checkpoint at step 6), so the parent's kill lands mid-run
+    pause = (lambda report: report["step"] >= 9 and threading.Event().wait()) if slow == "slow" else None
     training.run(tool, paths, epochs=4, checkpoint_dir=checkpoint, interval=3, optimizer="adam", lr=0.01,
                  device="cpu", seed=7, callback=pause)
     save_file({k: v.contiguous() for k, v in tool.state_dict().items()}, out)
@@ -304,16 +304,16 @@ def _worker(tmp_path: Path, checkpoint: str, out: str, slow: str, experiences) -
     )
 
 
-def test_run_killed_with_sigkill_resumes_bit_identically(tmp_path, experiences):
+def test_run_killed_with_sigkill_resumes_bit_identically(tmp_path, experiences, wait_until):
     whole = _worker(tmp_path, "whole", "whole.safetensors", "fast", experiences)
     victim = _worker(tmp_path, "part", "part.safetensors", "slow", experiences)
     manifest = tmp_path / "part" / "training.json"
-    deadline = time.monotonic() + 120
-    while True:  # kill it once a checkpoint exists, mid-run
-        if manifest.is_file() and json.loads(manifest.read_text())["progress"]["run"]["step"] >= 6:
-            break
-        assert victim.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
-        time.sleep(0.02)
+
+    def checkpointed() -> bool:  # kill it once a checkpoint exists, mid-run
+        assert victim.poll() is None, "the run ended before it could be killed"
+        return manifest.is_file() and json.loads(manifest.read_text())["progress"]["run"]["step"] >= 6
+
+    wait_until(checkpointed, timeout=120, what="the run's checkpoint at step 6")
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=60) == -signal.SIGKILL
     assert not (tmp_path / "part.safetensors").exists()
