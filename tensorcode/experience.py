@@ -202,20 +202,23 @@ class _Markers:
         return _tracing.Root(index)
 
 
+def _unique_pairs(items: list) -> dict:
+    """An object's key/value pairs as a dict; a repeated key is an error, found in one pass over the keys."""
+    mapping = dict(items)
+    if len(mapping) != len(items):
+        seen = set()  # a set, not list.count per key: a hostile object may hold millions of keys
+        duplicate = next(key for key, _ in items if key in seen or seen.add(key))
+        raise ExperienceError(f"duplicate key {short(duplicate)}")
+    return mapping
+
+
 def _parse(text: str, path) -> dict:
-    def pairs(items):
-        mapping = dict(items)
-        if len(mapping) != len(items):
-            seen = set()  # a set, not list.count per key: a hostile object may hold millions of keys
-            duplicate = next(key for key, _ in items if key in seen or seen.add(key))
-            raise ExperienceError(f"duplicate key {short(duplicate)}")
-        return mapping
 
     def constant(name):
         raise ExperienceError(f"non-finite constant {name} is not valid experience JSON")
 
     try:
-        document = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+        document = json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=constant)
     except json.JSONDecodeError as exc:
         raise ExperienceError(f"{path}: not valid JSON (truncated or corrupt): {exc}") from exc
     except ExperienceError:

@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
 import tensorcode
-from tensorcode import ExperienceError, training
+from tensorcode import ExperienceError, experience, training
 from tensorcode._fingerprint import describe
 from tensorcode.experience import MAX_BYTES, MIN_CONTAINERS
+from tests.work import counted
 
 torch.set_num_threads(1)
 
@@ -51,11 +51,11 @@ def load(path, **limits):
     return training.load_experience(path, operations=OPS, **limits)
 
 
-def refused(path, match: str, **limits) -> ExperienceError:
-    start = time.perf_counter()
-    with pytest.raises(ExperienceError, match=match) as info:
+def refused(path, match: str, *, most_calls: int = 50_000, **limits) -> ExperienceError:
+    """Load `path`, expecting `match`; the refusal must be quick, counted as calls made (`tests.work`), not timed."""
+    with pytest.raises(ExperienceError, match=match) as info, counted() as work:
         load(path, **limits)
-    assert time.perf_counter() - start < 2.0, "a hostile file kept the loader busy"
+    assert work.calls < most_calls, f"refusing took {work.calls:,} calls: the loader walked the hostile input"
     assert len(str(info.value)) < 600, "the message repeats the hostile content"
     return info.value
 
@@ -152,11 +152,32 @@ def test_a_deep_binding_fingerprint_is_refused_without_recursion_error(tmp_path)
     refused(write(tmp_path / "e.json", text.encode()), "nested more than 100 levels")
 
 
-def test_duplicate_key_at_the_end_of_a_huge_object_is_found_in_linear_time(tmp_path):
-    """list.count per key made this quadratic: 200,000 keys took minutes."""
+def test_duplicate_key_at_the_end_of_a_huge_object_is_found(tmp_path):
     keys = ",".join(f'"k{i}":0' for i in range(200_000))
     text = json.dumps(document(None)).replace('"bindings":', '"junk":{' + keys + ',"k5":1},"bindings":', 1)
-    refused(write(tmp_path / "e.json", text.encode()), "duplicate key 'k5'")
+    refused(write(tmp_path / "e.json", text.encode()), "duplicate key 'k5'", most_calls=2 * 200_000)
+
+
+class _Key(str):
+    """A key that counts how often it is compared: a quadratic duplicate search compares every pair."""
+
+    comparisons = 0
+
+    def __eq__(self, other):
+        _Key.comparisons += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_duplicate_keys_are_found_in_linear_time():
+    """list.count per key made this quadratic: 200,000 keys took minutes. Comparisons are counted, not timed."""
+    n = 2_000
+    items = [(_Key(f"k{i}"), 0) for i in range(n)] + [(_Key(f"k{n - 1}"), 1)]  # the last key, repeated
+    _Key.comparisons = 0
+    with pytest.raises(ExperienceError, match=f"duplicate key 'k{n - 1}'"):
+        experience._unique_pairs(items)
+    assert _Key.comparisons < 4 * n, f"{_Key.comparisons} key comparisons for {n} keys"
 
 
 def test_an_object_with_many_unexpected_keys_gets_a_short_message(tmp_path):
