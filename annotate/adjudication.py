@@ -18,6 +18,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from annotate import agreement, tooling
@@ -33,7 +34,7 @@ from annotate.models import (
 from annotate.queue import InvalidTarget
 
 __all__ = ["InvalidTarget", "NoDisagreement", "Result", "adjudicate", "adjudicate_open_with_distribution",
-           "open_disagreements", "reviewer_distribution"]
+           "disagreement_counts", "open_disagreements", "reviewer_distribution"]
 
 
 class NoDisagreement(ValueError):
@@ -123,6 +124,14 @@ def reviewer_distribution(item: Item) -> list[float]:
 def open_disagreements(project: Project):
     """Items of `project` whose reviewers disagree and that no admin has adjudicated yet, oldest first."""
     return Item.objects.filter(project=project, disagreement=True, adjudication__isnull=True).order_by("id")
+
+
+def disagreement_counts(project: Project) -> dict[str, int]:
+    """`{"disagreements", "adjudicated", "open"}`: items of `project` whose reviewers disagree now, how many of
+    those an admin has adjudicated, and how many are left (one query)."""
+    counts = Item.objects.filter(project=project, disagreement=True).aggregate(
+        disagreements=Count("id"), adjudicated=Count("id", filter=Q(adjudication__isnull=False)))
+    return {**counts, "open": counts["disagreements"] - counts["adjudicated"]}
 
 
 def adjudicate_open_with_distribution(project: Project, admin) -> int:

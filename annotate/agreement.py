@@ -32,6 +32,14 @@ TEXT = {("investigator", "proposal"), ("planner", "proposal"), ("scene", "langua
 MASK = {("investigator", "retrieval")}
 NUMERIC = {("planner", "outcomes")}
 
+# What each measure is called where people read it (the agreement page, the JSON API).
+MEASURE_NAMES = {
+    "categorical": "Percent agreement and kappa",
+    "mask": "Jaccard overlap of relevance masks",
+    "text": "Text similarity",
+    "numeric": "Outcomes within tolerance",
+}
+
 
 def measure_of(tool: str, mode: str) -> str:
     """The documented measure for a tool and mode: categorical, mask, text or numeric."""

@@ -26,15 +26,15 @@ from annotate.views import access, display, targets
 PER_PAGE = 50
 _SCORE_LABELS = {"mask": "mean Jaccard overlap", "text": "mean text similarity",
                  "numeric": "mean share of outcomes within tolerance"}
-_MEASURES = {
-    "categorical": ("Percent agreement and kappa", "Two reviewers agree when they chose the same label; a "
-                    "distribution counts as its most likely candidate."),
-    "mask": ("Jaccard overlap of relevance masks", "The score of two masks is the size of the intersection of "
-             "their relevant (query, document) cells over the size of their union; they agree when it is 1."),
-    "text": ("Text similarity", "The score of two texts is difflib's ratio after collapsing whitespace and "
-             "case; they agree when the normalized texts are equal."),
-    "numeric": ("Outcomes within tolerance", f"Two reviewers agree when every outcome they both gave differs by "
-                f"at most {agreement.OUTCOME_TOLERANCE:g}; the score is the fraction that does."),
+_EXPLANATIONS = {
+    "categorical": "Two reviewers agree when they chose the same label; a distribution counts as its most likely "
+                   "candidate.",
+    "mask": "The score of two masks is the size of the intersection of their relevant (query, document) cells "
+            "over the size of their union; they agree when it is 1.",
+    "text": "The score of two texts is difflib's ratio after collapsing whitespace and case; they agree when the "
+            "normalized texts are equal.",
+    "numeric": f"Two reviewers agree when every outcome they both gave differs by at most "
+               f"{agreement.OUTCOME_TOLERANCE:g}; the score is the fraction that does.",
 }
 
 
@@ -44,11 +44,7 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
     """Overall agreement, kappa for categorical targets, a table and a chart per reviewer pair."""
     project = access.admin_project(request, slug)
     report = agreement.cached_project_report(project)
-    counts = Item.objects.filter(project=project).aggregate(
-        disagreements=Count("id", filter=Q(disagreement=True)),
-        adjudicated=Count("id", filter=Q(disagreement=True, adjudication__isnull=False)),
-    )
-    title, explanation = _MEASURES[report.measure]
+    counts = adjudication.disagreement_counts(project)
     pairs = [
         {"a": p.reviewers[0], "b": p.reviewers[1], "items": p.items, "agreed": p.agreed,
          "percent": targets.percent(p.percent), "bar": f"{2 * (p.percent or 0):.1f}", "score": targets.fixed(p.score),
@@ -59,8 +55,8 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
         "project": project,
         "report": report,
         "categorical": report.measure == "categorical",
-        "measure_title": title,
-        "measure_explanation": explanation,
+        "measure_title": agreement.MEASURE_NAMES[report.measure],
+        "measure_explanation": _EXPLANATIONS[report.measure],
         "percent": targets.percent(report.percent),
         "kappa": targets.fixed(report.kappa),
         "kappa_words": targets.kappa_words(report.kappa),
@@ -69,7 +65,7 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
         "pairs": pairs,
         "chart_height": 24 * len(pairs) + 2,
         "split": _split(report.items, report.agreed, counts["disagreements"], counts["adjudicated"]),
-        "open": counts["disagreements"] - counts["adjudicated"],
+        "open": counts["open"],
         "adjudicated": counts["adjudicated"],
     }
     return render(request, "annotate/agreement.html", context)
