@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from annotate import export as exports
 from annotate import imports, itemlist
-from annotate.models import ApiToken, Export, Item, Project, Role
+from annotate.models import Answer, ApiToken, Export, Item, Project, Role
 
 
 def _error(status: int, message: str, **extra) -> JsonResponse:
@@ -56,15 +56,19 @@ def _not_reachable(slug: str) -> JsonResponse:
     return _error(404, f"no project {slug!r} that this token can reach")
 
 
-def _json_body(request: HttpRequest, limit: int):
-    """The parsed body, or a JsonResponse error (413 over `limit` bytes, 400 for bad JSON)."""
+def _json_body(request: HttpRequest, limit: int, too_large: str = ""):
+    """The parsed body, or a JsonResponse error (413 over `limit` bytes, 400 for bad JSON).
+
+    `too_large` is the 413 message; the default speaks of imports.
+    """
+    too_large = too_large or f"request body larger than the import limit of {limit} bytes; send fewer items per call"
     length = request.headers.get("Content-Length", "")
     if length.isdigit() and int(length) > limit:
-        return _error(413, f"request body larger than the import limit of {limit} bytes; send fewer items per call")
+        return _error(413, too_large)
     try:
         raw = imports.read_limited(request, limit)
     except imports.ImportRejected:
-        return _error(413, f"request body larger than the import limit of {limit} bytes; send fewer items per call")
+        return _error(413, too_large)
     try:
         return json.loads(raw.decode("utf-8"), parse_constant=imports._refuse_constant)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -176,12 +180,15 @@ def item_detail(request: HttpRequest, token: ApiToken, slug: str, item_id: int) 
         "inputs": item.inputs,
         "confidence": item.confidence,
         "receipt": item.prediction.receipt if item.prediction else None,
-        "answers": [
-            {"kind": a.kind, "target": a.target, "skip_reason": a.skip_reason, "source": a.source,
-             "reviewer": a.reviewer.get_username(), "updated_at": a.updated_at.isoformat()}
-            for a in answers if is_admin or a.reviewer_id == token.user_id
-        ],
+        "answers": [answer_json(a) for a in answers if is_admin or a.reviewer_id == token.user_id],
     })
+
+
+def answer_json(answer: Answer) -> dict:
+    """A reviewer's answer; `id` is what `POST .../adjudication` takes as `answer`."""
+    return {"id": answer.pk, "kind": answer.kind, "target": answer.target, "skip_reason": answer.skip_reason,
+            "source": answer.source, "reviewer": answer.reviewer.get_username(),
+            "updated_at": answer.updated_at.isoformat()}
 
 
 @require_POST
