@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from annotate import api
+from annotate import api, api_agreement
 
 app_name = "api"
 
@@ -13,6 +13,9 @@ urlpatterns = [
     path("projects/<slug:slug>", api.project_detail, name="project"),
     path("projects/<slug:slug>/items", api.items, name="items"),
     path("projects/<slug:slug>/items/<int:item_id>", api.item_detail, name="item"),
+    path("projects/<slug:slug>/items/<int:item_id>/adjudication", api_agreement.adjudicate, name="adjudication"),
+    path("projects/<slug:slug>/agreement", api_agreement.project_agreement, name="agreement"),
+    path("projects/<slug:slug>/disagreements", api_agreement.disagreements, name="disagreements"),
     path("projects/<slug:slug>/exports", api.create_export, name="exports"),
     path("exports/<int:export_id>", api.export_detail, name="export"),
 ]
