@@ -231,8 +231,9 @@ def _candidates(project: Project, user, now):
 
 
 def _for_page(items):
-    """What the item page reads with an item (its prediction and model version), so a claim need not re-read it."""
-    return items.select_related("prediction", "prediction__model_version")
+    """What the item page reads with an item (its prediction and model version, not the trace), so a claim need
+    not re-read it."""
+    return items.select_related("prediction", "prediction__model_version").defer("prediction__trace")
 
 
 def _free_slots(item: Item, user, project: Project, now) -> int:
@@ -250,9 +251,9 @@ def _claim(item: Item, user, expires) -> Item:
     # One upsert instead of update_or_create's select, savepoints and insert: claiming is the hot path.
     Claim.objects.bulk_create([Claim(item=item, reviewer=user, expires_at=expires)], update_conflicts=True,
                               unique_fields=["item", "reviewer"], update_fields=["expires_at"])
+    Item.objects.filter(pk=item.pk).update(claimed_by=user, claim_expires_at=expires)  # no save(): no signals
     item.claimed_by = user
     item.claim_expires_at = expires
-    item.save(update_fields=["claimed_by", "claim_expires_at"])
     item.viewer_claim_expires = expires  # the claim just made, for the item page (`access.project_item`)
     return item
 

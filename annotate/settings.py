@@ -77,6 +77,11 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # database fails no request.
     DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("TC_DB_CONN_MAX_AGE", 60))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # Values travel apart from the SQL text, so a query repeated with other values is the same statement, and
+    # psycopg prepares it on its second use: PostgreSQL then plans it once per connection. Planning the item
+    # page's query cost 2.7 ms against 0.4 ms to run it. `TC_DB_PREPARED=0` for a transaction-pooling proxy.
+    if os.environ.get("TC_DB_PREPARED", "1") == "1":
+        DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=2)
 
 # A shared cache (Redis: `TC_CACHE_URL=redis://host:6379/0`) lets every request read its session from the cache
 # instead of the database (`cached_db`: written through to the database, so sessions survive a cache flush).

@@ -29,6 +29,7 @@ urlpatterns = [
     path(project + "progress/", progress.progress, name="project_progress"),
     path(project + "progress/agreement/", progress.progress_agreement, name="progress_agreement"),
     path(project + "items/<int:pk>/", review.item_detail, name="item_detail"),
+    path(project + "items/<int:pk>/trace/", review.item_trace, name="item_trace"),
     path(project + "items/<int:pk>/submit/", review.item_submit, name="item_submit"),
     path(project + "items/<int:pk>/skip/", review.item_skip, name="item_skip"),
     path(project + "agreement/", agreement.agreement_page, name="agreement_page"),

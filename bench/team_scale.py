@@ -70,6 +70,8 @@ def main() -> None:
     parser.add_argument("--cache", default=os.environ.get("TC_BENCH_CACHE_URL", "redis://127.0.0.1:6379/0"),
                         help="the site's TC_CACHE_URL (default redis://127.0.0.1:6379/0; 'none': no shared cache, "
                         "sessions from the database)")
+    parser.add_argument("--pages-only", action="store_true",
+                        help="measure only the page server times (baseline, claim-next, item page) and stop")
     parser.add_argument("--load", help=argparse.SUPPRESS)  # internal: run as the load-generating process
     args = parser.parse_args()
     if args.load:
@@ -102,13 +104,15 @@ def main() -> None:
     try:
         base = f"http://127.0.0.1:{port}"
         results.update(_server_times(base, seeded, args.rounds))
-        results.update(_item_list(base, seeded, args.rounds))
-        results.update(_submit_load(base, seeded, args, env))
+        if not args.pages_only:
+            results.update(_item_list(base, seeded, args.rounds))
+            results.update(_submit_load(base, seeded, args, env))
     finally:
         _stop(server)
         _forget_sessions(args.cache, env["TC_CACHE_KEY_PREFIX"])
-    results.update(_export(env, data_dir))
-    results.update(_import(env, data_dir, args.items))
+    if not args.pages_only:
+        results.update(_export(env, data_dir))
+        results.update(_import(env, data_dir, args.items))
     _report(args, results)
     shutil.rmtree(data_dir, ignore_errors=True)
 
@@ -484,6 +488,11 @@ def _report(args, r: dict) -> None:
          f"{r['item_page_p50_ms'] / base:.1f}x baseline (goal <= {GOALS['ratio']:.0f}x); "
          f"{r['item_page_p50_ms'] / signed_in:.1f}x signed-in baseline",
          verdict(r["item_page_p50_ms"] <= GOALS["ratio"] * base)),
+    ]
+    if "submit_p99_ms" not in r:  # --pages-only
+        _print(args, rows)
+        return
+    rows += [
         (f"submit p99, server, {args.reviewers} reviewers, think {args.think:g} s", f"{r['submit_p99_ms']:.1f} ms",
          f"goal <= {GOALS['submit_p99_ms']:.0f} ms; p50 {r['submit_p50_ms']:.1f} ms, {r['submits']} submits "
          f"({r['submits'] / args.seconds:.1f}/s), "
@@ -506,14 +515,18 @@ def _report(args, r: dict) -> None:
         (f"import of {args.items:,} items, wall", f"{r['import_s']:.1f} s", f"goal <= {GOALS['import_s']:.0f} s; "
          f"peak RSS {r['import_mb']:.0f} MB", verdict(r["import_s"] <= GOALS["import_s"])),
     ]
+    _print(args, rows)
+    if r["submit_errors"]:
+        print("  submit errors:", "; ".join(r["submit_errors"][:5]))
+
+
+def _print(args, rows: list[tuple[str, str, str, str]]) -> None:
     print()
     print(f"team_scale: {args.items:,} items per project, PostgreSQL, gunicorn 2 sync workers, "
           f"{os.cpu_count()} CPUs")
     width = max(len(row[0]) for row in rows)
     for name, value, note, result in rows:
         print(f"  {name:<{width}}  {value:>12}  {result:<8} {note}")
-    if r["submit_errors"]:
-        print("  submit errors:", "; ".join(r["submit_errors"][:5]))
 
 
 if __name__ == "__main__":

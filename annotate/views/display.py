@@ -253,8 +253,9 @@ def _receipt_view(receipt: dict, inputs: Any, mode: str, confidence: Any) -> dic
         "model": receipt.get("model", ""),
         "confidence": _percent(confidence),
         "template": RECEIPT_TEMPLATES.get(kind),
-        "json": _pretty(receipt),
     }
+    if view["template"] is None:  # only a receipt without a partial is shown as its JSON
+        view["json"] = _pretty(receipt)
     if kind in ("ranking", "outcome"):
         view["candidates"] = _ranked(receipt, inputs)
         view["prefer"] = receipt.get("prefer", "max")

@@ -20,7 +20,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from annotate import queue
 from annotate.forms import SkipForm, parse_target
-from annotate.models import Claim, Item, ItemStatus, Project
+from annotate.models import Claim, Item, ItemStatus, Prediction, Project
 from annotate.views import access, display
 
 
@@ -40,6 +40,21 @@ def item_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """One item: inputs, prediction, trace, guidelines and (for its reviewer) the target editor."""
     project, item = access.member_item(request, slug, pk, with_claim=True)
     return _workspace(request, project, item)
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def item_trace(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """How the model got here: the prediction's traced steps, read only when the reviewer opens them.
+
+    The trace is the largest thing stored with an item; keeping it off the item page keeps that page fast.
+    """
+    project, item = access.member_item(request, slug, pk)
+    stored = Prediction.objects.filter(pk=item.prediction_id).values_list("trace", flat=True).first()
+    context = {"project": project, "item": item, "trace": display.trace_view(stored)}
+    template = "annotate/_trace.html" if request.htmx else "annotate/item_trace.html"
+    return render(request, template, context)
 
 
 @require_POST
@@ -176,7 +191,6 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         "inputs": display.inputs_view(item.inputs, receipt),
         "receipt": display.receipt_view(receipt, item.inputs, project.mode,
                                         prediction.confidence if prediction else None),
-        "trace": display.trace_view(prediction.trace) if prediction else None,
         "editor": display.editor_view(project.mode, item.inputs, receipt, draft),
         "can_edit": can_edit,
         "read_only_reason": read_only_reason,

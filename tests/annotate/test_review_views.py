@@ -71,7 +71,8 @@ def test_item_page_renders_receipt_kind_and_editor(client, reviewer, tool, mode)
     for marker in EDITOR_MARKERS[mode]:
         assert marker in page
     assert "Be careful." in page  # guidelines beside the item
-    assert "How the model got here" in page and "ranker.encoder" in page
+    assert "How the model got here" in page and reverse("item_trace", args=[project.slug, item.pk]) in page
+    assert "ranker.encoder" not in page  # the trace is read only when the reviewer opens it
     assert "untrained model" in page
     assert 'id="target-form"' in page and 'id="skip-form"' in page
 
@@ -358,3 +359,40 @@ def test_item_page_and_submit_use_a_bounded_number_of_queries(client, project, r
         client.get(reverse("item_detail", args=[project.slug, first.pk]))
     with django_assert_max_num_queries(40):
         client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "db"}, **HX)
+
+
+@pytest.mark.django_db
+def test_trace_loads_on_demand_as_fragment_and_as_page(client, reviewer) -> None:
+    project = _kind_project(reviewer, "decision", "rank")
+    item = _item_for(project, "decision", "rank")
+    client.force_login(reviewer)
+    url = reverse("item_trace", args=[project.slug, item.pk])
+
+    fragment = client.get(url, **HX).content.decode()
+    page = client.get(url).content.decode()
+
+    assert "ranker.encoder" in fragment and "<html" not in fragment
+    assert "{#" not in fragment and "{%" not in fragment  # no template comment or tag leaks into the page
+    assert "ranker.encoder" in page and "<html" in page
+    assert reverse("item_detail", args=[project.slug, item.pk]) in page  # the way back to the item
+
+
+@pytest.mark.django_db
+def test_trace_of_a_prediction_without_one_says_so(client, reviewer) -> None:
+    project = _kind_project(reviewer, "decision", "rank")
+    item = _item_for(project, "decision", "rank")
+    Prediction.objects.filter(pk=item.prediction_id).update(trace={})
+    client.force_login(reviewer)
+
+    fragment = client.get(reverse("item_trace", args=[project.slug, item.pk]), **HX).content.decode()
+
+    assert "No trace was stored with this prediction." in fragment
+
+
+@pytest.mark.django_db
+def test_trace_is_hidden_from_non_members(client, reviewer, django_user_model) -> None:
+    project = _kind_project(reviewer, "decision", "rank")
+    item = _item_for(project, "decision", "rank")
+    client.force_login(django_user_model.objects.create_user("outsider", password="x"))
+
+    assert client.get(reverse("item_trace", args=[project.slug, item.pk])).status_code == 404

@@ -181,3 +181,34 @@ def test_postgres_connections_are_kept_between_requests() -> None:
 
     assert kept.stdout.split() == ["60", "True"]
     assert closed.stdout.split() == ["0", "True"]
+
+
+def test_postgres_queries_are_prepared_unless_turned_off() -> None:
+    code = ("import django; django.setup(); from django.conf import settings; o = settings.DATABASES['default']"
+            "['OPTIONS']; print(o.get('server_side_binding'), o.get('prepare_threshold'))")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "annotate.settings",
+           "TC_DATABASE": "postgres://postgres@127.0.0.1:5432/annotate"}
+    prepared = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                              cwd=settings.BASE_DIR)
+    plain = subprocess.run([sys.executable, "-c", code], env={**env, "TC_DB_PREPARED": "0"},
+                           capture_output=True, text=True, check=True, cwd=settings.BASE_DIR)
+
+    assert prepared.stdout.split() == ["True", "2"]
+    assert plain.stdout.split() == ["None", "None"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_repeated_query_is_planned_once_per_connection() -> None:
+    """The item page's query cost more to plan than to run: repeated with other values, it is a prepared statement."""
+    from django.db import connection
+
+    from annotate.models import Item
+
+    for pk in (1, 2, 3):
+        Item.objects.filter(pk=pk).first()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        statements = [row[0] for row in cursor.fetchall()]
+
+    assert any('FROM "annotate_item"' in statement for statement in statements), statements

@@ -135,6 +135,7 @@ def test_editor_by_keyboard(page, artifacts, users, tool, mode) -> None:
         page.keyboard.type("reviewed text")
         assert page.locator("#text-diff ins").count() >= 1
     page.locator("#trace").evaluate("details => { details.open = true; }")  # show the trace in the screenshot
+    page.locator("#trace-body .trace-table").wait_for()  # it loads when opened
     page.screenshot(path=str(artifacts / f"{tool}-{mode}.png"), full_page=True)
     press_and_wait_for_next(page, "Enter")
 
@@ -170,6 +171,12 @@ def test_import_label_skip_back_undo_export_and_load(page, artifacts, users, eag
     url_before = page.url
     first = current_item(page)
     page.screenshot(path=str(artifacts / "item-page.png"), full_page=True)
+    page.keyboard.press("g")  # how the model got here: the traced steps load when the panel opens
+    page.locator("#trace-body .trace-table").wait_for()
+    assert page.locator("#trace").evaluate("details => details.open")
+    page.screenshot(path=str(artifacts / "item-page-trace.png"), full_page=True)
+    page.keyboard.press("g")
+    assert not page.locator("#trace").evaluate("details => details.open")
     page.keyboard.press("1")
     press_and_wait_for_next(page, "Enter")
     assert page.url != url_before  # the address follows the item (hx-push-url)
