@@ -15,7 +15,8 @@ class TrainingJobAdmin(admin.ModelAdmin):
     search_fields = ("project__slug", "worker_host", "lease_owner")
     readonly_fields = ("lease_owner", "lease_expires_at", "attempts", "worker_host", "device_used", "step",
                        "total_steps", "epoch", "first_step_at", "metrics", "log", "train_records",
-                       "held_out_records", "train_adjudications", "held_out_adjudications")
+                       "held_out_records", "train_adjudications", "held_out_adjudications",
+                       "train_uploads", "upload_records")
     raw_id_fields = ("base_version", "result_version", "created_by")
     actions = ("cancel_jobs", "resume_jobs")
 

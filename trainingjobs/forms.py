@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from trainingjobs import defaults
+from trainingjobs import defaults, snapshot
 from trainingjobs.models import TrainingJob
 
 SETTINGS = (
@@ -27,6 +27,10 @@ class LaunchForm(forms.ModelForm):
         required=False,
         help_text="Only answers by these reviewers (usernames, comma-separated); empty for everyone's.",
     )
+    include_uploads = forms.BooleanField(
+        required=False,
+        help_text="Training data only, never held out; the job keeps its own copies of the files.",
+    )
 
     class Meta:
         model = TrainingJob
@@ -41,6 +45,11 @@ class LaunchForm(forms.ModelForm):
         self.project = project
         self.fields["base_version"].queryset = project.versions.all()
         self.fields["base_version"].empty_label = None
+        self.upload_files, self.upload_records = snapshot.count_uploads(project)
+        field = self.fields["include_uploads"]
+        field.label = (f"Also train on the accepted experience uploads: {_counted(self.upload_files, 'file')} "
+                       f"({_counted(self.upload_records, 'supervision record')})")
+        field.disabled = not self.upload_files
 
     def filters(self) -> dict:
         names = [name.strip() for name in self.cleaned_data.get("reviewers", "").split(",") if name.strip()]
@@ -52,3 +61,7 @@ class LaunchForm(forms.ModelForm):
 
 class ContinueForm(forms.Form):
     extra_epochs = forms.IntegerField(min_value=1, max_value=10_000, initial=10, label="More epochs")
+
+
+def _counted(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -105,6 +105,11 @@ class TrainingJob(models.Model):
     held_out_records = models.JSONField(default=list, blank=True)
     train_adjudications = models.JSONField(default=list, blank=True)
     held_out_adjudications = models.JSONField(default=list, blank=True)
+    # Accepted experience uploads the admin chose to include, frozen at launch: their ids, and the supervision
+    # records they held then. Training data only, never held out; the worker copies the files into the train
+    # snapshot, so deleting an upload or accepting new ones later changes no job.
+    train_uploads = models.JSONField(default=list, blank=True)
+    upload_records = models.PositiveIntegerField(default=0)
     metrics = models.JSONField(default=dict, blank=True)
     log = models.TextField(blank=True, help_text=f"The last {LOG_TAIL_LINES} lines of the job's log.")
 
@@ -124,6 +129,18 @@ class TrainingJob(models.Model):
     def train_count(self) -> int:
         """Records trained on: reviewed answers and adjudicated targets."""
         return len(self.train_records) + len(self.train_adjudications)
+
+    @property
+    def upload_count(self) -> int:
+        """Experience upload files trained on (each is one minibatch)."""
+        return len(self.train_uploads)
+
+    @property
+    def uploads_text(self) -> str:
+        """"2 experience upload files with 9 supervision records", for the page and the log."""
+        files, records = self.upload_count, self.upload_records
+        return (f"{files} experience upload file{'s' if files != 1 else ''} "
+                f"with {records} supervision record{'s' if records != 1 else ''}")
 
     @property
     def held_out_count(self) -> int:

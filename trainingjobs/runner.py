@@ -41,8 +41,9 @@ def train(job_id: int, owner: str) -> str:
         files = snapshot.ensure(job, base, "train")
         tool = _base_tool(base)
         device = _device(job.device)
+        uploads = f", including {job.uploads_text}" if job.train_uploads else ""
         _note(job.pk, owner, device_used=device, total_steps=job.epochs * len(files),
-              log=f"training {len(files)} minibatches x {job.epochs} epochs on {device}")
+              log=f"training {len(files)} minibatches x {job.epochs} epochs on {device}{uploads}")
         reporter = _Reporter(job.pk, owner)
         result = _run(job, tool, files, device, reporter)
         if reporter.stalled:

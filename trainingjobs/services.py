@@ -23,13 +23,21 @@ class JobActionError(ValueError):
 
 
 def launch(
-    project, *, base_version, created_by=None, filters: dict | None = None, enqueue: bool = True, **settings
+    project,
+    *,
+    base_version,
+    created_by=None,
+    filters: dict | None = None,
+    include_uploads: bool = False,
+    enqueue: bool = True,
+    **settings,
 ) -> TrainingJob:
     """Create a job that trains `base_version` on `project`'s reviewed records as they are now, and queue it.
 
-    `settings` are the job's fields (held_out_fraction, minibatch_size, optimizer, lr, epochs, seed, device,
-    checkpoint_interval); the tool kind's defaults fill in the rest. `enqueue=False` leaves it for the caller to
-    train (`manage.py launch_training --here`).
+    `include_uploads` also trains on the project's experience uploads accepted now (training only, never held
+    out; `snapshot.select_uploads`). `settings` are the job's fields (held_out_fraction, minibatch_size,
+    optimizer, lr, epochs, seed, device, checkpoint_interval); the tool kind's defaults fill in the rest.
+    `enqueue=False` leaves it for the caller to train (`manage.py launch_training --here`).
     """
     if base_version is None or base_version.project_id != project.pk:
         raise JobActionError("choose a model version of this project to start from")
@@ -43,6 +51,8 @@ def launch(
     with transaction.atomic():
         records = snapshot.select_records(project, filters)
         frozen = snapshot.split(records, values["held_out_fraction"], values["seed"])
+        if include_uploads:
+            frozen |= snapshot.select_uploads(project)
         job = TrainingJob(
             project=project,
             base_version=base_version,
@@ -52,13 +62,18 @@ def launch(
             **frozen,
             **values,
         )
-        if not job.train_count:
-            raise JobActionError("no reviewed records match; review some items (or widen the filters) first")
+        if not job.train_count and not job.upload_records:
+            raise JobActionError(
+                "no reviewed records match"
+                + (" and the project has no accepted experience uploads" if include_uploads else "")
+                + "; review some items (or widen the filters) first"
+            )
         job.save()
         adjudicated = len(job.train_adjudications) + len(job.held_out_adjudications)
         job.log = job.appended_log(
             "", f"launched: {job.train_count} training and {job.held_out_count} held-out records from {base_version}"
             + (f" (adjudicated targets: {adjudicated})" if adjudicated else "")
+            + (f", plus {job.uploads_text} for training" if job.train_uploads else "")
         )
         if enqueue:
             _enqueue(job)

@@ -8,6 +8,10 @@ a version's trainer into `jobs/<id>/data/train/` and `jobs/<id>/data/held_out/` 
 minibatch, as an export does; the held-out part only once training is done, so that it does not delay the
 first step), so labels given, edited or adjudicated after launch never change a job, and a job can be re-run
 exactly.
+
+A launch may also include the project's accepted experience uploads (files traced by the admins' own programs),
+frozen as their ids. They are training data only: the worker copies each into the train part as one more
+minibatch, after loading the copy with the library's safe loader against the base version's tool.
 """
 
 from __future__ import annotations
@@ -90,6 +94,25 @@ def count(project, filters: dict | None = None) -> tuple[int, int]:
     return plain.count() + adjudications, adjudications
 
 
+def accepted_uploads(project):
+    """The project's accepted experience uploads, oldest first: what a launch that includes uploads freezes."""
+    from annotate.models import UploadState
+
+    return project.experience_uploads.filter(state=UploadState.ACCEPTED).order_by("pk")
+
+
+def count_uploads(project) -> tuple[int, int]:
+    """(accepted upload files, supervision records in them) that a launch including uploads would freeze now."""
+    uploads = list(accepted_uploads(project).values_list("summary", flat=True))
+    return len(uploads), sum(_supervisions(summary) for summary in uploads)
+
+
+def select_uploads(project) -> dict:
+    """The job's frozen upload fields (`train_uploads`, `upload_records`) for the accepted uploads now."""
+    rows = list(accepted_uploads(project).values_list("pk", "summary"))
+    return {"train_uploads": [pk for pk, _ in rows], "upload_records": sum(_supervisions(s) for _, s in rows)}
+
+
 def split(records: list[Selected], held_out_fraction: float, seed: int) -> dict[str, list[int]]:
     """The job's frozen fields (`train_records`, `held_out_records`, `train_adjudications`,
     `held_out_adjudications`): revision ids split by item (all records of an item on one side).
@@ -136,7 +159,8 @@ def _write(job, version, part: str, root: Path) -> None:
     from trainingjobs.runner import JobFailed
 
     expected = job.train_count if part == "train" else job.held_out_count
-    if part == "train" and not expected:
+    uploads = _uploads(job) if part == "train" else []  # checked before anything is captured
+    if part == "train" and not expected and not uploads:
         raise JobFailed("the job has no reviewed records to train on; review items first, then launch again")
     records = _records(job, part)
     if len(records) != expected:
@@ -164,8 +188,12 @@ def _write(job, version, part: str, root: Path) -> None:
                     f"cannot capture {part} records of items {batch[0].item_id}..{batch[-1].item_id}: {exc}"
                 ) from exc
             names.append(name)
+        for upload in uploads:
+            names.append(_copy_upload(trainer, upload, staging))
         manifest = {"files": names, "records": getattr(job, f"{part}_records"),
                     "adjudications": getattr(job, f"{part}_adjudications")}
+        if uploads:
+            manifest["uploads"] = [upload.pk for upload in uploads]
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
         os.replace(staging, root)
     except BaseException:
@@ -189,3 +217,57 @@ def _records(job, part: str) -> list[Record]:
                        job.project.adjudication_source_for(r.adjudication.item_id, r.adjudicator))
                 for r in (adjudications[pk] for pk in adjudication_ids if pk in adjudications)]
     return sorted(records, key=lambda record: record.item_id)  # stable: frozen answer order within an item
+
+
+def _uploads(job) -> list:
+    """The job's frozen experience uploads, in frozen order; JobFailed naming the first one that is gone."""
+    from annotate.models import ExperienceUpload
+    from trainingjobs.runner import JobFailed
+
+    found = ExperienceUpload.objects.in_bulk(job.train_uploads)
+    uploads = []
+    for pk in job.train_uploads:
+        upload = found.get(pk)
+        if upload is None or upload.project_id != job.project_id:
+            raise JobFailed(f"experience upload {pk} was deleted after the job was launched; "
+                            "launch a new job to train on the uploads there are now")
+        if not upload.path.is_file():
+            raise JobFailed(f"the file of experience upload {pk} ({_name(upload)}) is gone from "
+                            f"uploads/{pk}/; launch a new job to train on the uploads there are now")
+        uploads.append(upload)
+    return uploads
+
+
+def _copy_upload(trainer, upload, staging: Path) -> str:
+    """Copy an upload's file into the staging snapshot and load the copy with the library's safe loader.
+
+    The copy is what the job replays, so it is the copy that must bind to the base version's tool: a base
+    version of another configuration than the one the upload was checked against fails here, naming the upload,
+    rather than midway through training.
+    """
+    from annotate import tooling
+    from tensorcode import ExperienceError, TraceError
+    from trainingjobs.runner import JobFailed
+
+    name = f"upload-{upload.pk:05d}.json"
+    try:
+        shutil.copyfile(upload.path, staging / name)
+    except OSError as exc:
+        raise JobFailed(f"cannot copy experience upload {upload.pk} ({_name(upload)}): {exc.strerror or exc}") from exc
+    try:
+        loaded = tooling.load_experience(trainer, staging / name)
+    except (ExperienceError, TraceError, ValueError, TypeError, RecursionError) as exc:
+        raise JobFailed(f"experience upload {upload.pk} ({_name(upload)}) does not load against the base "
+                        f"version's tool: {exc}") from exc
+    if not loaded.supervisions:
+        raise JobFailed(f"experience upload {upload.pk} ({_name(upload)}) has no supervision records")
+    return name
+
+
+def _name(upload) -> str:
+    return upload.original_name or "unnamed"
+
+
+def _supervisions(summary) -> int:
+    count = summary.get("supervisions", 0) if isinstance(summary, dict) else 0
+    return count if isinstance(count, int) and count > 0 else 0

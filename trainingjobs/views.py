@@ -38,6 +38,7 @@ def project_jobs(request, slug: str):
                 base_version=form.cleaned_data["base_version"],
                 created_by=request.user,
                 filters=form.filters(),
+                include_uploads=form.cleaned_data["include_uploads"],
                 **form.settings(),
             )
         except services.JobActionError as exc:

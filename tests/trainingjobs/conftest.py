@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import json
+
 import pytest
 import torch
 
+from annotate import imports, tasks, tooling
 from annotate.models import (
     Answer,
     AnswerKind,
     AnswerRevision,
+    ExperienceUpload,
     Item,
     ItemStatus,
     Membership,
@@ -79,3 +84,39 @@ def review(project: Project, reviewer, count: int, *, start: int = 0) -> list[It
 def reviewed(project, reviewer) -> list[Item]:
     """Twelve reviewed items."""
     return review(project, reviewer, 12)
+
+
+def upload(project: Project, numbers: range, tmp_path, *, check: bool = True, spoil: bool = False
+           ) -> ExperienceUpload:
+    """An experience file of examples `numbers` (right answers, sources `mine:<n>`) traced by "the admin's own
+    program", uploaded and, when `check`, checked by the worker's task. `spoil` drops its supervision, so the
+    check refuses it."""
+    path = tmp_path / f"mine-{numbers.start}.json"
+    tooling.capture_experience(tooling.trainer_for_project(project), project.mode,
+                               [decision_input(n) for n in numbers], ["db" if n % 2 == 0 else "dns" for n in numbers],
+                               [f"mine:{n}" for n in numbers], path)
+    data = path.read_bytes()
+    if spoil:
+        document = json.loads(data)
+        document["supervisions"] = []
+        data = json.dumps(document).encode()
+    row = imports.upload_experience(project, None, io.BytesIO(data), name=path.name)
+    if check:
+        tasks.check_experience_upload(row.pk)
+    row.refresh_from_db()
+    return row
+
+
+@pytest.fixture
+def uploads(project, tmp_path) -> list[ExperienceUpload]:
+    """Two accepted uploads of four examples each; a captured minibatch is one supervision record."""
+    return [upload(project, range(200, 204), tmp_path), upload(project, range(204, 208), tmp_path)]
+
+
+@pytest.fixture
+def not_accepted(project, tmp_path) -> list[ExperienceUpload]:
+    """A refused upload and one still being checked."""
+    refused = upload(project, range(300, 304), tmp_path, spoil=True)
+    pending = upload(project, range(304, 308), tmp_path, check=False)
+    assert (refused.state, pending.state) == ("REFUSED", "PENDING"), refused.reason
+    return [refused, pending]

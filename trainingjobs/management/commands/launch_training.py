@@ -28,9 +28,12 @@ class Command(BaseCommand):
         parser.add_argument("--device", choices=DevicePreference.values)
         parser.add_argument("--checkpoint-interval", type=int)
         parser.add_argument("--reviewer", action="append", default=[], help="Only this reviewer's answers (repeat).")
+        parser.add_argument("--include-uploads", action="store_true",
+                            help="Also train on the project's accepted experience uploads (never held out).")
         parser.add_argument("--here", action="store_true", help="Train in this process and wait for the result.")
 
-    def handle(self, *args, project: str, base_version: int | None, here: bool, reviewer: list[str], **options):
+    def handle(self, *args, project: str, base_version: int | None, here: bool, reviewer: list[str],
+               include_uploads: bool, **options):
         found = Project.objects.filter(slug=project).first()
         if found is None:
             raise CommandError(f"no project with slug {project!r}")
@@ -44,11 +47,12 @@ class Command(BaseCommand):
         settings = {name: options[name] for name in defaults.COMMON if options.get(name) is not None}
         try:
             job = services.launch(found, base_version=version, filters={"reviewers": reviewer} if reviewer else {},
-                                  enqueue=not here, **settings)
+                                  include_uploads=include_uploads, enqueue=not here, **settings)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        uploads = f", plus {job.uploads_text}" if job.train_uploads else ""
         self.stdout.write(f"job {job.pk} launched: {job.train_count} training and "
-                          f"{job.held_out_count} held-out records, {job.epochs} epochs")
+                          f"{job.held_out_count} held-out records{uploads}, {job.epochs} epochs")
         if not here:
             self.stdout.write("queued on the `gpu` queue; start a worker with: celery -A annotate worker -Q gpu")
             return
