@@ -43,3 +43,15 @@ def test_launch_training_names_an_unknown_project() -> None:
 def test_launch_training_refuses_a_project_without_reviews(project) -> None:
     with pytest.raises(CommandError, match="no reviewed records match"):
         call_command("launch_training", project.slug)
+
+
+def test_launch_training_include_uploads_trains_on_the_accepted_ones(project, uploads, not_accepted) -> None:
+    out = StringIO()
+
+    call_command("launch_training", project.slug, "--include-uploads", "--here", "--epochs", "2", stdout=out)
+
+    job = TrainingJob.objects.get()
+    assert job.state == JobState.SUCCEEDED and job.train_uploads == [row.pk for row in uploads]
+    assert "0 training and 0 held-out records, plus 2 experience upload files with 2 supervision records" in (
+        out.getvalue()
+    )

@@ -169,3 +169,59 @@ def test_a_long_jobs_curve_reads_a_sample_of_its_steps(client, admin, job) -> No
     response = client.get(reverse("trainingjobs:job", args=[job.pk]), **HTMX)
 
     assert response.context["curve"].count <= MAX_POINTS and response.context["curve"].last_step == 5 * MAX_POINTS
+
+
+LAUNCH = {"epochs": 2, "lr": 0.05, "optimizer": "adam", "held_out_fraction": 0.25, "minibatch_size": 4, "seed": 0,
+          "device": "cpu", "checkpoint_interval": 5}
+
+
+def test_launch_form_offers_the_accepted_uploads_with_their_counts(client, admin, project, tmp_path) -> None:
+    from tests.trainingjobs.conftest import upload
+
+    client.force_login(admin)
+    url = reverse("trainingjobs:project_jobs", args=[project.slug])
+    before = client.get(url)
+    assert "accepted experience uploads: 0 files (0 supervision records)" in before.content.decode()
+    assert before.context["form"]["include_uploads"].field.disabled  # nothing to include yet
+
+    upload(project, range(200, 204), tmp_path)
+    upload(project, range(204, 208), tmp_path)
+    upload(project, range(300, 304), tmp_path, spoil=True)
+    upload(project, range(304, 308), tmp_path, check=False)
+    after = client.get(url)
+
+    page = " ".join(after.content.decode().split())
+    assert ('id="id_include_uploads"> Also train on the accepted experience uploads: '
+            "2 files (2 supervision records)") in page
+    assert not after.context["form"]["include_uploads"].field.disabled
+
+
+def test_launch_with_the_uploads_box_trains_on_them_and_the_job_page_says_so(
+    client, admin, project, uploads, not_accepted, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    monkeypatch.setattr("trainingjobs.tasks.train_job.delay", lambda job_id: None)
+    client.force_login(admin)
+    url = reverse("trainingjobs:project_jobs", args=[project.slug])
+    data = LAUNCH | {"base_version": project.current_version_id}
+    assert client.post(url, data).status_code == 400  # no reviewed records, and the box unticked
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(url, data | {"include_uploads": "on"})
+
+    job = TrainingJob.objects.get()
+    assert response.status_code == 302
+    assert job.train_uploads == [row.pk for row in uploads] and job.train_count == 0
+    runner.train(job.pk, "worker-a")
+    page = " ".join(client.get(reverse("trainingjobs:job", args=[job.pk])).content.decode().split())
+    assert '<span id="job-uploads">plus 2 experience upload files with 2 supervision records for training only' in page
+    assert "training 2 minibatches x 2 epochs on cpu, including 2 experience upload files" in page  # the log
+
+
+def test_a_reviewer_cannot_launch_a_job_on_the_uploads(client, reviewer, project, reviewed, uploads) -> None:
+    client.force_login(reviewer)
+
+    response = client.post(reverse("trainingjobs:project_jobs", args=[project.slug]),
+                           LAUNCH | {"base_version": project.current_version_id, "include_uploads": "on"})
+
+    assert response.status_code == 403
+    assert not TrainingJob.objects.exists()
