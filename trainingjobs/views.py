@@ -1,7 +1,8 @@
 """Pages of training jobs, for a project's admins (and staff): launch, watch, cancel, resume, continue, promote.
 
 A job page polls its status fragment every second; once the job is final the fragment answers HTTP 286, which
-tells htmx to stop polling.
+tells htmx to stop polling. The page's messages ("Job 4 queued.") sit outside that fragment, so a poll that finds
+the job in a new state also replaces them (out of band): the live status takes over from the message.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def job_detail(request, pk: int):
     job = _job(request, pk)
     context = _status_context(job)
     if request.htmx:
+        # The fragment polls with the state it shows; until that changes, a message shown with it still holds.
+        context["oob"] = request.GET.get("shown") != job.state
         response = render(request, "trainingjobs/_job_status.html", context)
         if job.is_final:
             response.status_code = HTMX_STOP_POLLING
@@ -152,7 +155,7 @@ def _act(request, job: TrainingJob, action, success: str):
             messages.success(request, success)
     if request.htmx:
         job.refresh_from_db()
-        return render(request, "trainingjobs/_job_status.html", _status_context(job))
+        return render(request, "trainingjobs/_job_status.html", {**_status_context(job), "oob": True})
     return redirect("trainingjobs:job", job.pk)
 
 

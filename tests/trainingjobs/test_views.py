@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import html
+import json
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -108,6 +112,55 @@ def test_cancel_through_htmx_returns_the_fragment(client, admin, job) -> None:
     assert response.status_code == 200 and 'id="job-status"' in response.content.decode()
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED and job.cancel_requested
+
+
+def test_launch_message_shows_once_and_a_poll_in_a_new_state_replaces_it(
+    client, admin, project, reviewed, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    """"Job N queued." sits outside the polled fragment: the poll that sees the job move on must clear it."""
+    monkeypatch.setattr("trainingjobs.tasks.train_job.delay", lambda job_id: None)
+    client.force_login(admin)
+    data = {"base_version": project.current_version_id, "epochs": 2, "lr": 0.01, "optimizer": "adam",
+            "held_out_fraction": 0.25, "minibatch_size": 4, "seed": 0, "device": "cpu", "checkpoint_interval": 5}
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(reverse("trainingjobs:project_jobs", args=[project.slug]), data)
+    job = TrainingJob.objects.get()
+    url = reverse("trainingjobs:job", args=[job.pk])
+
+    page = client.get(url).content.decode()
+    assert f"Job {job.pk} queued." in _messages(page)
+    poll = _poll_values(page)  # what htmx sends with each poll
+
+    still_queued = client.get(url, poll, **HTMX).content.decode()
+    assert 'id="messages"' not in still_queued  # nothing new to say: the message stays
+
+    runner.train(job.pk, "worker-a")
+    moved_on = client.get(url, poll, **HTMX)
+    assert moved_on.status_code == 286
+    assert _messages(moved_on.content.decode()) == ""  # swapped out of band, now empty
+    assert _messages(client.get(url).content.decode()) == ""  # and not shown again on the next visit
+    assert poll == {"shown": JobState.PENDING}
+
+
+def test_cancel_through_htmx_shows_its_message_at_once_and_only_once(client, admin, job) -> None:
+    client.force_login(admin)
+
+    response = client.post(reverse("trainingjobs:cancel", args=[job.pk]), **HTMX).content.decode()
+
+    assert 'hx-swap-oob="true"' in response and _messages(response) == "Cancel requested."
+    assert _messages(client.get(reverse("trainingjobs:job", args=[job.pk])).content.decode()) == ""
+
+
+def _messages(page: str) -> str:
+    """The text of the page's (or fragment's) messages region; fails when there is none."""
+    region = re.search(r'<div id="messages"[^>]*>(.*?)</div>', page, re.S)
+    assert region, "no messages region"
+    return " ".join(re.sub(r"<[^>]+>", " ", region.group(1)).split())
+
+
+def _poll_values(page: str) -> dict:
+    values = re.search(r"hx-vals='([^']*)'", page)
+    return json.loads(html.unescape(values.group(1))) if values else {}
 
 
 def test_resume_and_continue_requeue(client, admin, finished, monkeypatch) -> None:
