@@ -3,6 +3,12 @@
 Each project's model is trained for a few seconds on authored examples (`annotate.demo_data`), saved as the
 project's first model version, and the project's review items (other examples of the same kind) are imported
 and queued for prediction, so the predictions a newcomer sees are plausible and say which version made them.
+
+One more project, `demo-agreement`, gives each item to two reviewers (overlap 2). Two demo reviewers, alice and
+bob, have already answered it through the review queue (`annotate.queue`: claim, then submit, as the item page
+does), agreeing on most items and not on a few, so its agreement, disagreements and adjudication pages have
+something to show; a few items still wait for a second reviewer.
+
 Seeding is idempotent: a project that exists is left as it is.
 """
 
@@ -13,17 +19,24 @@ from collections.abc import Callable
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from annotate import demo_data, imports, tooling
+from annotate import agreement, demo_data, imports, queue, tasks, tooling
 from annotate.models import Membership, ModelVersion, Project, Role
 
 ADMIN = ("admin", "admin")
 REVIEWER = ("reviewer", "reviewer")
+TEAM = (("alice", "alice"), ("bob", "bob"))  # the agreement project's reviewers
 TRAIN_EXAMPLES = 36
 REVIEW_ITEMS = 30
 # Generation learns more slowly than choosing among candidates.
 EPOCHS = {"proposal": 150, "language": 100, "reply": 80}
 DEFAULT_EPOCHS = 40
 LEARNING_RATE = 0.01
+
+AGREEMENT_SLUG = "demo-agreement"
+AGREEMENT_KIND = ("decision", "rank")  # categorical: percent agreement and kappa; ranking: the distribution too
+AGREEMENT_ITEMS = 12  # alice answers all of them, bob the first AGREEMENT_COMPARED he is given
+AGREEMENT_COMPARED = 10
+AGREEMENT_BOB_DIFFERS = (2, 5, 8)  # bob's answers (0-based, in his queue order) that choose another candidate
 
 GUIDELINES = {
     ("investigator", "rank"): "Pick the hypothesis the evidence supports (keys 1-9). If two fit, split the weight.",
@@ -43,6 +56,7 @@ def seed(log: Callable[[str], None] = print) -> list[Project]:
     """Ensure the demo users and projects exist; returns the projects created now."""
     admin = _ensure_user(*ADMIN, staff=True)
     reviewer = _ensure_user(*REVIEWER, staff=False)
+    team = [_ensure_user(*user, staff=False) for user in TEAM]
     created = []
     for tool, mode in demo_data.pairs():
         slug = f"demo-{tool}-{mode}"
@@ -50,6 +64,10 @@ def seed(log: Callable[[str], None] = print) -> list[Project]:
             continue
         log(f"Creating {slug}: training a small {tool} model ({mode}) on {TRAIN_EXAMPLES} authored examples")
         created.append(_create_project(slug, tool, mode, admin, reviewer))
+    if not Project.objects.filter(slug=AGREEMENT_SLUG).exists():
+        names = " and ".join(username for username, _ in TEAM)
+        log(f"Creating {AGREEMENT_SLUG}: overlap 2, {AGREEMENT_ITEMS} items answered by {names} through the queue")
+        created.append(_create_agreement_project(admin, reviewer, team))
     return created
 
 
@@ -67,19 +85,75 @@ def _create_project(slug: str, tool: str, mode: str, admin, reviewer) -> Project
     train, review = examples[:TRAIN_EXAMPLES], examples[TRAIN_EXAMPLES:]
     model, metrics = _train(tool, mode, train, slug)
     with transaction.atomic():
-        project = Project.objects.create(
-            slug=slug, name=f"Demo: {tool} ({mode})", tool=tool, mode=mode,
-            guidelines=GUIDELINES.get((tool, mode), ""), configuration={}, created_by=admin,
-        )
-        Membership.objects.create(project=project, user=admin, role=Role.ADMIN)
-        Membership.objects.create(project=project, user=reviewer, role=Role.REVIEWER)
-        version = ModelVersion.objects.allocate(
-            project, label=f"demo: trained briefly on {len(train)} authored examples", trained=True, metrics=metrics,
-        )
-        model.save_pretrained(version.path)
-        project.current_version = version
-        project.save(update_fields=["current_version"])
+        project = _new_project(slug, f"Demo: {tool} ({mode})", tool, mode, GUIDELINES.get((tool, mode), ""),
+                               admin, [reviewer], model, metrics, _trained_label(len(train)))
         imports.create_items(project, [tooling.to_json(inputs) for inputs, _ in review], predict=True)
+    return project
+
+
+def _create_agreement_project(admin, reviewer, team: list) -> Project:
+    """The overlap-2 project, with the demo reviewer and `team` (alice and bob) as reviewers; the team answers."""
+    tool, mode = AGREEMENT_KIND
+    # Another seed than demo-decision-rank's, so its items are not that project's items again.
+    examples = demo_data.examples(tool, mode, TRAIN_EXAMPLES + AGREEMENT_ITEMS, seed=1)
+    train, review = examples[:TRAIN_EXAMPLES], examples[TRAIN_EXAMPLES:]
+    model, metrics, label = _model_for_agreement(tool, mode, train)
+    guidelines = "Two reviewers label each item. " + GUIDELINES[AGREEMENT_KIND]
+    with transaction.atomic():
+        project = _new_project(AGREEMENT_SLUG, f"Demo: agreement ({tool}, {mode})", tool, mode, guidelines, admin,
+                               [reviewer, *team], model, metrics, label, overlap=2)
+        ids = imports.create_items(project, [tooling.to_json(inputs) for inputs, _ in review], predict=False).item_ids
+        # Predicted here rather than by the worker: the queue offers only predicted items, and alice and bob
+        # answer before the worker starts.
+        tasks.predict_items(project.pk, ids)
+        right = dict(zip(ids, (target for _, target in review), strict=True))
+        alice, bob = team
+        _answer(project, alice, right, AGREEMENT_ITEMS)
+        _answer(project, bob, right, AGREEMENT_COMPARED, differ=AGREEMENT_BOB_DIFFERS)
+    return project
+
+
+def _model_for_agreement(tool: str, mode: str, train: list):
+    """`(model, metrics, label)`: the model demo-<tool>-<mode> was seeded with, when that project still has it;
+    else one trained now. Training was most of this project's seeding time, and the same kind of model trained on
+    the same kind of examples predicts as plausibly."""
+    slug = f"demo-{tool}-{mode}"
+    seeded = ModelVersion.objects.filter(project__slug=slug, trained=True, created_by_job=None).order_by("id").first()
+    if seeded is not None and (seeded.path / "tool.json").exists():
+        return seeded.load(), dict(seeded.metrics), f"demo: {slug}'s model ({seeded.label.removeprefix('demo: ')})"
+    model, metrics = _train(tool, mode, train, AGREEMENT_SLUG)
+    return model, metrics, _trained_label(len(train))
+
+
+def _trained_label(examples: int) -> str:
+    return f"demo: trained briefly on {examples} authored examples"
+
+
+def _answer(project: Project, user, right: dict, count: int, differ: tuple[int, ...] = ()) -> None:
+    """`user` claims and submits `count` items as a reviewer does: the right candidate, or for the answers
+    numbered in `differ` another one, so the item's `disagreement` and the answers' provenance are the queue's."""
+    for number in range(count):
+        item = queue.claim_next(project, user)
+        if item is None:
+            raise RuntimeError(f"{project.slug}: the queue gave {user} nothing to answer; were its items predicted?")
+        target = right[item.pk]
+        if number in differ:
+            target = next(c for c in agreement.candidate_ids(item.inputs) if c != target)
+        queue.submit(item, user, target)
+
+
+def _new_project(slug: str, name: str, tool: str, mode: str, guidelines: str, admin, reviewers: list, model,
+                 metrics: dict, label: str, *, overlap: int = 1) -> Project:
+    """The project, its members and its first model version (`model`, saved); call inside a transaction."""
+    project = Project.objects.create(slug=slug, name=name, tool=tool, mode=mode, guidelines=guidelines,
+                                     configuration={}, overlap=overlap, created_by=admin)
+    Membership.objects.create(project=project, user=admin, role=Role.ADMIN)
+    for user in reviewers:
+        Membership.objects.create(project=project, user=user, role=Role.REVIEWER)
+    version = ModelVersion.objects.allocate(project, label=label, trained=True, metrics=metrics)
+    model.save_pretrained(version.path)
+    project.current_version = version
+    project.save(update_fields=["current_version"])
     return project
 
 

@@ -37,7 +37,8 @@ def worker_command() -> list[str]:
 class Command(BaseCommand):
     help = (
         "Migrate the database, create a demo admin and reviewer and one demo project per tool kind and mode "
-        "(each with a briefly trained model and items to review), then run a Celery worker and the development "
+        "(each with a briefly trained model and items to review), and an overlap-2 project that two more demo "
+        "reviewers have partly answered (for the agreement pages), then run a Celery worker and the development "
         "server until interrupted. Safe to run again. For local use only: refuses to run with DEBUG off."
     )
 
