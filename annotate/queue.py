@@ -12,11 +12,10 @@ from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Q
 from django.utils import timezone
 
-from annotate import agreement, tooling
+from annotate import agreement, hotpath, tooling
 from annotate.models import (
     FINAL_KINDS,
     Answer,
@@ -62,26 +61,18 @@ def claim_next(project: Project, user, *, now=None) -> Item | None:
     now = now or timezone.now()
     expires = now + timedelta(seconds=project.lease_seconds)
     with transaction.atomic():
-        held = (
-            Claim.objects.filter(
-                reviewer=user, item__project=project, item__status=ItemStatus.READY, expires_at__gt=now
-            )
-            .exclude(Exists(_final_answers(user, item=OuterRef("item"))))
-            .order_by("created_at")
-            .values_list("item_id", flat=True)
-            .first()
-        )
+        # Fixed SQL (`annotate.hotpath`): this is the review loop's hottest write.
+        held = hotpath.held_item_id(project.pk, user, ItemStatus.READY, now)
         if held is not None:
-            item = _for_page(Item.objects.select_for_update(of=("self",))).get(pk=held)
-            return _claim(item, user, expires)
+            return _claim(hotpath.lock_item(held), user, expires, now)
         rejected: list[int] = []
         for _ in range(_MAX_ATTEMPTS):
-            item = _candidates(project, user, now).exclude(pk__in=rejected).first()
+            item = hotpath.next_candidate(project, user, ItemStatus.READY, now, rejected)
             if item is None:
                 return None
             # The filter ran before the lock; count again now that no one else can change this item.
-            if _free_slots(item, user, project, now) > 0:
-                return _claim(item, user, expires)
+            if hotpath.free_slots(item, user, project.overlap, now) > 0:
+                return _claim(item, user, expires, now)
             rejected.append(item.pk)
     return None
 
@@ -148,8 +139,7 @@ def answer_and_previous(project: Project, user, item: Item) -> tuple[Answer | No
     The previous item is the one `previous(project, user, before=item)` gives; when `item`'s own answer is final
     it is looked up after it (a second query), since "before" is then relative to that answer.
     """
-    latest = _final_answers(user, item__project=project).order_by("-updated_at", "-id").values("pk")[:1]
-    rows = list(Answer.objects.filter(reviewer=user).filter(Q(item=item) | Q(pk=Subquery(latest))))
+    rows = hotpath.answer_and_latest(user, project.pk, item.pk)
     answer = next((row for row in rows if row.item_id == item.pk), None)
     if answer is not None and answer.is_final:
         before = previous(project, user, before=item)
@@ -196,8 +186,8 @@ def undo_last(project: Project, user, *, now=None) -> Answer | None:
         item.project = project
         item.disagreement = agreement.item_disagreement(item)
         item.save(update_fields=["final_answers", "status", "disagreement"])
-        if item.status == ItemStatus.READY and _free_slots(item, user, project, now) > 0:
-            _claim(item, user, now + timedelta(seconds=project.lease_seconds))
+        if item.status == ItemStatus.READY and hotpath.free_slots(item, user, project.overlap, now) > 0:
+            _claim(item, user, now + timedelta(seconds=project.lease_seconds), now)
         return answer
 
 
@@ -216,42 +206,8 @@ def _final_answers(user, **where):
     return Answer.objects.filter(reviewer=user, kind__in=FINAL_KINDS, **where)
 
 
-def _candidates(project: Project, user, now):
-    items = Item.objects.filter(project=project, status=ItemStatus.READY).exclude(
-        Exists(_final_answers(user, item=OuterRef("pk")))
-    )
-    active = Claim.objects.filter(item=OuterRef("pk"), expires_at__gt=now)
-    if project.overlap == 1:
-        items = items.exclude(Exists(active))
-    else:
-        count = active.order_by().values("item").annotate(n=Count("id")).values("n")
-        items = items.annotate(active_claims=Coalesce(Subquery(count, output_field=IntegerField()), Value(0)))
-        items = items.filter(active_claims__lt=project.overlap - F("final_answers"))
-    return _for_page(items.in_queue_order().select_for_update(skip_locked=True, of=("self",)))
-
-
-def _for_page(items):
-    """What the item page reads with an item (its prediction and model version, not the trace), so a claim need
-    not re-read it."""
-    return items.select_related("prediction", "prediction__model_version").defer("prediction__trace")
-
-
-def _free_slots(item: Item, user, project: Project, now) -> int:
-    """Claims `item` can still take for `user` (0 once they answered it): one query, run with the item locked."""
-    others = Claim.objects.filter(item=OuterRef("pk"), expires_at__gt=now).exclude(reviewer=user)
-    others = others.order_by().values("item").annotate(n=Count("id")).values("n")
-    answered, taken = Item.objects.filter(pk=item.pk).values_list(
-        Exists(_final_answers(user, item=OuterRef("pk"))),
-        Coalesce(Subquery(others, output_field=IntegerField()), Value(0)),
-    ).get()
-    return 0 if answered else project.overlap - item.final_answers - taken
-
-
-def _claim(item: Item, user, expires) -> Item:
-    # One upsert instead of update_or_create's select, savepoints and insert: claiming is the hot path.
-    Claim.objects.bulk_create([Claim(item=item, reviewer=user, expires_at=expires)], update_conflicts=True,
-                              unique_fields=["item", "reviewer"], update_fields=["expires_at"])
-    Item.objects.filter(pk=item.pk).update(claimed_by=user, claim_expires_at=expires)  # no save(): no signals
+def _claim(item: Item, user, expires, now) -> Item:
+    hotpath.claim(item, user, expires, now)  # one upsert and the mirror, no update_or_create: the hot path
     item.claimed_by = user
     item.claim_expires_at = expires
     item.viewer_claim_expires = expires  # the claim just made, for the item page (`access.project_item`)

@@ -7,12 +7,12 @@ a member who lacks the admin role gets 403 on admin pages.
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import OuterRef, Subquery
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from annotate.models import Claim, Item, Membership, Project
+from annotate import hotpath
+from annotate.models import Item, Project
 
 
 def member_project(request, slug: str) -> Project:
@@ -21,35 +21,28 @@ def member_project(request, slug: str) -> Project:
     The user's role comes with the project (one query), so the permission checks that follow cost nothing.
     """
     user = request.user
-    projects = Project.objects.select_related("current_version")
     if not user.is_authenticated:
         raise Http404("No such project.")
-    role = Membership.objects.filter(project=OuterRef("pk"), user=user).values("role")[:1]
-    project = get_object_or_404(projects.annotate(viewer_role=Subquery(role)), slug=slug)
+    project = hotpath.project_for_member(user, slug)  # one fixed statement: every review action starts here
+    if project is None:
+        raise Http404("No such project.")
     _require_visible(user, project.viewer_role)
     project.remember_role(user, project.viewer_role)
     return project
 
 
-def member_item(request, slug: str, pk: int, *, with_claim: bool = False) -> tuple[Project, Item]:
+def member_item(request, slug: str, pk: int) -> tuple[Project, Item]:
     """`member_project(request, slug)` and `project_item(project, pk)` in one query; 404 as either would give.
 
-    With `with_claim`, the viewer's active claim on the item comes too (`item.viewer_claim_expires`).
+    The item comes with `item.viewer_claim_expires`, the viewer's active claim (None without one), read in the
+    same statement (`annotate.hotpath`: this is the review loop's hottest read).
     """
     user = request.user
-    items = (
-        Item.objects.select_related("project", "project__current_version", "prediction", "prediction__model_version")
-        .defer("prediction__trace")  # the largest field; only the trace view reads it
-        .filter(pk=pk, project__slug=slug)
-    )
-    role = Membership.objects.filter(project=OuterRef("project_id"), user=user).values("role")[:1]
-    items = items.annotate(viewer_role=Subquery(role))
-    if with_claim:
-        claims = Claim.objects.filter(item=OuterRef("pk"), reviewer=user, expires_at__gt=timezone.now())
-        items = items.annotate(viewer_claim_expires=Subquery(claims.values("expires_at")[:1]))
     if not user.is_authenticated:
         raise Http404("No such item.")
-    item = get_object_or_404(items)
+    item = hotpath.item_for_page(user, slug, pk, timezone.now())
+    if item is None:
+        raise Http404("No such item.")
     _require_visible(user, item.viewer_role)
     project = item.project
     project.remember_role(user, item.viewer_role)

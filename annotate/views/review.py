@@ -38,7 +38,7 @@ def review_next(request: HttpRequest, slug: str) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def item_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """One item: inputs, prediction, trace, guidelines and (for its reviewer) the target editor."""
-    project, item = access.member_item(request, slug, pk, with_claim=True)
+    project, item = access.member_item(request, slug, pk)
     return _workspace(request, project, item)
 
 
