@@ -147,7 +147,7 @@ def predict_batch(version, inputs_list: Sequence[Any]) -> list[dict]:
                 "receipt": receipt,
                 "confidence": raw,
                 "calibrated_confidence": calibrated,
-                "trace": summarize_trace(session, steps, index, len(inputs_list), inputs, receipt, model),
+                "trace": summarize_trace(session, steps, index, len(inputs_list), inputs, receipt, model, tool=tool),
             }
         )
     return results
@@ -186,16 +186,26 @@ def _unit(value: Any) -> float | None:
     return min(1.0, max(0.0, float(value)))
 
 
-def summarize_trace(session, steps: list[dict], index: int, batch: int, inputs: Any, receipt: dict, model: dict):
+def summarize_trace(session, steps: list[dict], index: int, batch: int, inputs: Any, receipt: dict, model: dict,
+                    *, tool: Any = None):
     """The JSON summary of one prediction's traced call.
 
     `{"version", "model", "batch": {"size", "index"}, "operations": [{"name", "type", "kind", "status",
-    "inputs": [value...], "outputs": [value...]}], "truncated"}`: the traced top-level call (shown with
-    this item's inputs and receipt) followed by the tool's submodule calls in execution order (with shapes
-    for the whole batch). A value is `{"type": "tensor", "shape", "dtype"}`, or `{"type", "preview"}`.
+    "inputs": [value...], "outputs": [value...]}], "truncated"}`: the traced top-level calls followed by the
+    tool's submodule calls in execution order (with shapes for the whole batch). The tool's own call is shown
+    with this item's inputs and receipt; any other top-level call (a generating tool runs its modules outside
+    its own call) with its own output and the calls it depends on, never with the item's receipt. A value is
+    `{"type": "tensor", "shape", "dtype"}`, or `{"type", "preview"}`.
     """
     operations = []
     for call in session.calls:
+        own = tool is None or call.op is tool
+        if own:
+            described_in, described_out = [describe_value(inputs)], [describe_value(receipt)]
+        else:
+            described_in = [{"type": "calls", "preview": ", ".join(f"#{d + 1}" for d in call.dependencies)}
+                            ] if call.dependencies else []
+            described_out = [describe_value(call.value)] if call.status == "ok" else []
         operations.append(
             {
                 "name": call.name,
@@ -203,8 +213,8 @@ def summarize_trace(session, steps: list[dict], index: int, batch: int, inputs: 
                 "kind": call.kind,
                 "status": call.status,
                 "error": call.error,
-                "inputs": [describe_value(inputs)],
-                "outputs": [describe_value(receipt)],
+                "inputs": described_in,
+                "outputs": described_out,
                 "depends_on": list(call.dependencies),
             }
         )

@@ -75,6 +75,29 @@ def test_prediction_and_experience_round_trip(tool: str, mode: str, tmp_path) ->
     assert [s for record in loaded.supervisions for s in record.source] == ["review:p/1/r", "review:p/2/r"]
 
 
+@pytest.mark.parametrize(("tool", "mode"), [("chatbot", "reply"), ("decision", "rank")])
+def test_only_the_tools_own_call_is_shown_with_the_items_inputs_and_receipt(tool: str, mode: str, tmp_path) -> None:
+    """A generating tool runs its modules as top-level calls of their own: each shows its own output (a tensor),
+    not the item's receipt, which made every row of "How the model got here" look the same."""
+    inputs = CASES[(tool, mode)][0]
+    tool_object = tooling.create_tool(tool, mode, {})
+    tool_object.save_pretrained(tmp_path / "model")
+
+    class Version:
+        pk, trained, is_materialized, path = 1, False, True, tmp_path / "model"
+
+    Version.tool, Version.mode = tool, mode
+
+    (result,) = tooling.predict_batch(Version, [inputs])
+
+    top = [op for op in result["trace"]["operations"] if op["kind"] != "module"]
+    receipt, given = tooling.describe_value(result["receipt"]), tooling.describe_value(inputs)
+    own = [op for op in top if op["type"].lower() == tool]  # Decision's call is traced; Chatbot's modules only
+    assert len(own) == (1 if tool == "decision" else 0) and top
+    assert all(op["outputs"] == [receipt] and op["inputs"] == [given] for op in own)
+    assert all(op["outputs"] != [receipt] and op["inputs"] != [given] for op in top if op not in own)
+
+
 def test_describe_value_summarizes_without_copying_large_values() -> None:
     described = tooling.describe_value("x" * 10_000)
 
