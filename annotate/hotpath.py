@@ -82,13 +82,26 @@ def _table(model: type[Model], quote) -> str:
     return quote(model._meta.db_table)
 
 
+def _role(q) -> str:
+    """SQL: the role of the user (a parameter) in project `p`, NULL for a non-member."""
+    return (f"(SELECT m.{q('role')} FROM {_table(Membership, q)} m WHERE m.{q('project_id')} = p.{q('id')} "
+            f"AND m.{q('user_id')} = %s)")
+
+
+def _instances(parts, row: list) -> tuple[list, int]:
+    """One instance per part from consecutive columns of `row`, and where the columns after them start."""
+    made, start = [], 0
+    for part in parts:
+        made.append(part.instance(row[start : start + len(part.fields)]))
+        start += len(part.fields)
+    return made, start
+
+
 def _page_sql(connection):
     q = connection.ops.quote_name
     columns = [c for part in _PAGE_PARTS for c in part.columns(q)]
     sql = (
-        f"SELECT {', '.join(columns)}, "
-        f"(SELECT m.{q('role')} FROM {_table(Membership, q)} m WHERE m.{q('project_id')} = p.{q('id')} "
-        f"AND m.{q('user_id')} = %s), "
+        f"SELECT {', '.join(columns)}, {_role(q)}, "
         f"(SELECT MAX(c.{q('expires_at')}) FROM {_table(Claim, q)} c WHERE c.{q('item_id')} = i.{q('id')} "
         f"AND c.{q('reviewer_id')} = %s AND c.{q('expires_at')} > %s) "
         f"FROM {_table(Item, q)} i "
@@ -120,11 +133,8 @@ def item_for_page(user, slug: str, pk: int, now) -> Item | None:
     rows = _PAGE.run([user.pk, user.pk, _datetime(now), pk, slug])
     if not rows:
         return None
-    row, start, made = rows[0], 0, []
-    for part in _PAGE_PARTS:
-        made.append(part.instance(row[start : start + len(part.fields)]))
-        start += len(part.fields)
-    item, project, current, prediction, predicted_by = made
+    row = rows[0]
+    (item, project, current, prediction, predicted_by), start = _instances(_PAGE_PARTS, row)
     project.current_version = current
     if prediction is not None:
         prediction.model_version = predicted_by
@@ -170,9 +180,7 @@ def _project_sql(connection):
     q = connection.ops.quote_name
     columns = [c for part in _PROJECT_PARTS for c in part.columns(q)]
     sql = (
-        f"SELECT {', '.join(columns)}, "
-        f"(SELECT m.{q('role')} FROM {_table(Membership, q)} m WHERE m.{q('project_id')} = p.{q('id')} "
-        f"AND m.{q('user_id')} = %s) "
+        f"SELECT {', '.join(columns)}, {_role(q)} "
         f"FROM {_table(Project, q)} p "
         f"LEFT JOIN {_table(ModelVersion, q)} cv ON cv.{q('id')} = p.{q('current_version_id')} "
         f"WHERE p.{q('slug')} = %s"
@@ -194,10 +202,8 @@ def project_for_member(user, slug: str) -> Project | None:
     rows = _PROJECT_QUERY.run([user.pk, slug])
     if not rows:
         return None
-    row = rows[0]
-    project = _PROJECT.instance(row[: len(_PROJECT.fields)])
-    project.current_version = _CURRENT.instance(row[len(_PROJECT.fields) : -1])
-    project.viewer_role = row[-1]
+    (project, project.current_version), start = _instances(_PROJECT_PARTS, rows[0])
+    project.viewer_role = rows[0][start]
     return project
 
 
@@ -258,11 +264,7 @@ def _claimed_expressions() -> list:
 
 
 def _claimed_item(row: list) -> Item:
-    made, start = [], 0
-    for part in _CLAIMED_PARTS:
-        made.append(part.instance(row[start : start + len(part.fields)]))
-        start += len(part.fields)
-    item, prediction, predicted_by = made
+    (item, prediction, predicted_by), _ = _instances(_CLAIMED_PARTS, row)
     if prediction is not None:
         prediction.model_version = predicted_by
     item.prediction = prediction

@@ -151,17 +151,6 @@ for item in project.items.order_by("id")[:12]:
     AnswerRevision.objects.create(answer=answer, kind=answer.kind, target=target)
     item.status = ItemStatus.DONE
     item.save(update_fields=["status"])
-# Overlap 2, and admin chose the other candidate on two items: disagreements for the adjudication example.
-project.overlap = 2
-project.save(update_fields=["overlap"])
-admin = get_user_model().objects.get(username="admin")
-for item in project.items.order_by("id")[:2]:
-    target = item.inputs["hypotheses"][1]["id"]
-    answer = Answer.objects.create(item=item, reviewer=admin, kind=AnswerKind.TARGET, target=target,
-                                   source=project.source_for(item.pk, admin))
-    AnswerRevision.objects.create(answer=answer, kind=answer.kind, target=target)
-    item.disagreement = True
-    item.save(update_fields=["disagreement"])
 """
 
 

@@ -168,33 +168,28 @@ def test_logout_ends_a_cached_session_everywhere(settings, client, django_user_m
     assert other_worker.get(reverse("home")).status_code == 302
 
 
+def _postgres_database_settings(printed: str, **environment: str) -> list[str]:
+    """What `print(<printed>)` shows of `d = settings.DATABASES['default']` in a fresh process on PostgreSQL."""
+    code = f"import django; django.setup(); from django.conf import settings; d = settings.DATABASES['default']; " \
+           f"print({printed})"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "annotate.settings",
+           "TC_DATABASE": "postgres://postgres@127.0.0.1:5432/annotate", **environment}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                          cwd=settings.BASE_DIR)
+    return done.stdout.split()
+
+
 def test_postgres_connections_are_kept_between_requests() -> None:
     """Connecting to PostgreSQL costs as much as a page's queries: web workers keep their connection (checked)."""
-    code = ("import django; django.setup(); from django.conf import settings; d = settings.DATABASES['default']; "
-            "print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'])")
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "annotate.settings",
-           "TC_DATABASE": "postgres://postgres@127.0.0.1:5432/annotate"}
-    kept = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
-                          cwd=settings.BASE_DIR)
-    closed = subprocess.run([sys.executable, "-c", code], env={**env, "TC_DB_CONN_MAX_AGE": "0"},
-                            capture_output=True, text=True, check=True, cwd=settings.BASE_DIR)
-
-    assert kept.stdout.split() == ["60", "True"]
-    assert closed.stdout.split() == ["0", "True"]
+    printed = "d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS']"
+    assert _postgres_database_settings(printed) == ["60", "True"]
+    assert _postgres_database_settings(printed, TC_DB_CONN_MAX_AGE="0") == ["0", "True"]
 
 
 def test_postgres_queries_are_prepared_unless_turned_off() -> None:
-    code = ("import django; django.setup(); from django.conf import settings; o = settings.DATABASES['default']"
-            "['OPTIONS']; print(o.get('server_side_binding'), o.get('prepare_threshold'))")
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "annotate.settings",
-           "TC_DATABASE": "postgres://postgres@127.0.0.1:5432/annotate"}
-    prepared = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
-                              cwd=settings.BASE_DIR)
-    plain = subprocess.run([sys.executable, "-c", code], env={**env, "TC_DB_PREPARED": "0"},
-                           capture_output=True, text=True, check=True, cwd=settings.BASE_DIR)
-
-    assert prepared.stdout.split() == ["True", "2"]
-    assert plain.stdout.split() == ["None", "None"]
+    printed = "d['OPTIONS'].get('server_side_binding'), d['OPTIONS'].get('prepare_threshold')"
+    assert _postgres_database_settings(printed) == ["True", "2"]
+    assert _postgres_database_settings(printed, TC_DB_PREPARED="0") == ["None", "None"]
 
 
 @pytest.mark.postgres
