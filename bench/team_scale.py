@@ -1,6 +1,6 @@
 """Does the reviewer site hold up with a team and 100,000 items? Server times, submit latency, export, import.
 
-    python bench/team_scale.py [--items 100000] [--reviewers 16] [--seconds 30]
+    python bench/team_scale.py [--items 100000] [--reviewers 16] [--seconds 30] [--pages-only]
         [--database postgres://postgres@127.0.0.1:5432/tc_scale_bench] [--cache redis://127.0.0.1:6379/0]
 
 Needs PostgreSQL. The database named by `--database` (its name must end in "bench") is dropped and created
