@@ -69,6 +69,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _quick_password_hashing(settings):
+    """Tests make and sign in dozens of users: PBKDF2's million rounds cost half a second each here, and a test
+    needs a hash, not its strength. Hashes made by the site's own processes (PBKDF2) still verify."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher", *settings.PASSWORD_HASHERS]
+
+
+@pytest.fixture(autouse=True)
 def _artifact_dir(settings, tmp_path):
     """Keep each test's checkpoints and experience files in its own temporary directory."""
     settings.TC_ARTIFACT_DIR = tmp_path / "artifacts"
