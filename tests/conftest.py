@@ -82,21 +82,22 @@ def _artifact_dir(settings, tmp_path):
     settings.TC_ARTIFACT_DIR.mkdir()
 
 
-@pytest.fixture
-def wait_until() -> Callable[..., object]:
+def wait_for(condition: Callable[[], object], *, timeout: float, what: str) -> object:
     """Poll `condition()` until it returns something truthy and return that; fail after `timeout` seconds.
 
-    Tests wait on a condition with a deadline, never for a fixed time.
+    Tests wait on a condition with a deadline, never for a fixed time. A plain function, so module-scoped
+    fixtures can wait too; tests take it as the `wait_until` fixture.
     """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(POLL_SECONDS)
 
-    def wait(condition: Callable[[], object], *, timeout: float, what: str) -> object:
-        deadline = time.monotonic() + timeout
-        while True:
-            result = condition()
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout} s waiting for {what}")
-            time.sleep(POLL_SECONDS)
 
-    return wait
+@pytest.fixture
+def wait_until() -> Callable[..., object]:
+    return wait_for

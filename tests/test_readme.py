@@ -15,11 +15,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -168,15 +169,15 @@ def site(tmp_path_factory):
         server = subprocess.Popen([str(BIN / "python"), "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
                                   cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while True:
+        def listening() -> bool:
+            assert server.poll() is None, (folder / "server.log").read_text()
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
             except OSError:
-                assert server.poll() is None, (folder / "server.log").read_text()
-                assert time.monotonic() < deadline, "the development server did not start within 120 s"
-                time.sleep(0.1)
+                return False
+            return True
+
+        wait_for(listening, timeout=120, what="the development server to listen")
         yield folder, env, port
     finally:
         server.terminate()
@@ -208,16 +209,15 @@ def test_demo_serves_and_ctrl_c_stops_server_and_worker(site) -> None:
         output = "".join(lines)
         assert f"Sign in at http://127.0.0.1:{port}/ as admin / admin" in output, output
         worker = int(re.search(r"Celery worker started \(pid (\d+)\)", output).group(1))
-        deadline = time.monotonic() + 120
-        while True:
+        def answering() -> bool:
+            assert demo.poll() is None, "".join(lines)
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=5) as answer:
-                    assert answer.status == 200
-                    break
+                    return answer.status == 200
             except OSError:
-                assert demo.poll() is None, "".join(lines)
-                assert time.monotonic() < deadline, "the demo's address did not answer within 120 s"
-                time.sleep(0.1)
+                return False
+
+        wait_for(answering, timeout=120, what="the demo's address to answer")
 
         os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends: the whole foreground group
         rest, _ = demo.communicate(timeout=120)
