@@ -7,15 +7,22 @@ only when the export succeeds; `manifest.json` is written last, and `export-<id>
 
 from __future__ import annotations
 
+import gc
 import json
+import multiprocessing
+import os
 import shutil
 import time
 import zipfile
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -261,22 +268,23 @@ def _write_files(export: Export, partial: Path) -> dict:
     files: list[dict] = []
     done = 0
     next_report = time.monotonic()
-    with (partial / JSONL).open("w", encoding="utf-8") as jsonl:
+    with (partial / JSONL).open("w", encoding="utf-8") as jsonl, _Captures(trainer, project.mode) as captures:
         for batch in _minibatches(_entries(project, export.filters), export.minibatch_size):
             jsonl.write("".join(json.dumps(entry[0], ensure_ascii=False) + "\n" for entry in batch))
             if experience:
                 name = f"part-{len(files) + 1:05d}.json"
-                tooling.capture_experience(
-                    trainer, project.mode, [entry[1] for entry in batch], [entry[2] for entry in batch],
-                    [entry[3] for entry in batch], scratch / name,
+                done += captures.submit(
+                    [entry[1] for entry in batch], [entry[2] for entry in batch], [entry[3] for entry in batch],
+                    scratch / name, partial / name,
                 )
-                (scratch / name).replace(partial / name)
                 files.append({"name": name, "examples": len(batch), "first_item": batch[0][0]["item"],
                               "last_item": batch[-1][0]["item"]})
-            done += len(batch)
+            else:
+                done += len(batch)
             if time.monotonic() >= next_report:  # progress at most twice a second: each update is a commit
                 Export.objects.filter(pk=export.pk).update(done=done, total=max(done, export.total))
                 next_report = time.monotonic() + PROGRESS_SECONDS
+        done += captures.finish()
     scratch.rmdir()
     if done == 0:
         raise NothingSelected("export: no reviewed answers match these filters any more")
@@ -305,6 +313,120 @@ def _jsonl_record(row: tuple) -> dict:
     item, inputs, target, source, reviewer, created_at, updated_at = row
     return {"item": item, "inputs": inputs, "target": target, "source": source, "reviewer": reviewer,
             "created_at": created_at.isoformat(), "updated_at": updated_at.isoformat()}
+
+
+class _Captures:
+    """Captures minibatches into experience files, in this process and `TC_EXPORT_PROCESSES - 1` forked ones.
+
+    Capturing runs the model on every minibatch and is most of an export's time; it is CPU-bound, so on a
+    machine with several cores minibatches are captured in parallel: each goes to a worker process when one
+    is free, and is captured here otherwise, between reading answers and writing JSONL. The workers are forked
+    when the second minibatch arrives (a one-minibatch export is not worth a fork), before this process has
+    run the model, so they share its trainer and imports page for page (torch alone is 190 MB a process) and
+    never touch the database. A file is complete once its capture returns; a capture that fails, or a
+    worker that dies, fails the export with the reason.
+
+    A daemonic process may not have children: in a Celery prefork pool's child (the CPU workers' default),
+    an export captures in its own process, and the pool's other children keep the remaining cores busy.
+    """
+
+    def __init__(self, trainer, mode: str):
+        self.trainer, self.mode = trainer, mode
+        daemonic = multiprocessing.current_process().daemon
+        self.workers = 0 if daemonic else max(0, settings.TC_EXPORT_PROCESSES - 1)
+        self.pool: ProcessPoolExecutor | None = None
+        self.pending: deque[tuple[Future, int, str]] = deque()
+        self.held: tuple | None = None  # the first minibatch, until a second shows the export needs workers
+
+    def submit(self, inputs: list, targets: list, sources: list[str], saving: Path, final: Path) -> int:
+        """Capture one minibatch into `final` (saved at `saving` first); returns the examples finished now."""
+        part = (self.mode, inputs, targets, sources, saving, final)
+        if not self.workers:
+            _capture_part(self.trainer, *part)
+            return len(inputs)
+        if self.pool is None and self.held is None:
+            self.held = part
+            return 0
+        if self.pool is None:
+            gc.freeze()  # the workers' collections leave the inherited objects (and so their pages) alone
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
+                                            initializer=_adopt_trainer, initargs=(self.trainer, os.getpid()))
+            self._send(self.held)
+            self.held = None
+        finished = 0
+        while self.pending and self.pending[0][0].done():
+            finished += self._oldest()
+        if len(self.pending) < 2 * self.workers:  # one running and one waiting: a worker never idles
+            self._send(part)
+        else:  # the workers have enough to do: this process captures this one
+            _capture_part(self.trainer, *part)
+            finished += len(inputs)
+        return finished
+
+    def finish(self) -> int:
+        """Capture a held minibatch and wait for every capture still running; returns the examples finished."""
+        if self.held is not None:
+            _capture_part(self.trainer, *self.held)
+            finished, self.held = len(self.held[1]), None
+            return finished
+        finished = 0
+        while self.pending:
+            finished += self._oldest()
+        return finished
+
+    def _send(self, part: tuple) -> None:
+        future = self.pool.submit(_capture_part, None, *part)
+        self.pending.append((future, len(part[1]), part[-1].name))
+
+    def _oldest(self) -> int:
+        future, examples, name = self.pending.popleft()
+        try:
+            future.result()  # a worker's own exception is raised here as it was raised there
+        except BrokenProcessPool as exc:
+            raise RuntimeError(f"a capture process died (killed, or out of memory?) while {name} or a part "
+                               "beside it was being written") from exc
+        return examples
+
+    def __enter__(self) -> _Captures:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            gc.unfreeze()
+
+
+_worker_trainer = None  # the trainer a forked capture worker inherited (`_adopt_trainer`)
+
+
+def _adopt_trainer(trainer, exporting: int) -> None:
+    global _worker_trainer
+    import torch
+
+    _exit_with_parent(exporting)
+
+    torch.set_num_threads(1)  # one core per worker: the workers are the parallelism
+    _worker_trainer = trainer
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Linux: die with the process `parent` that forked this one. A worker waits on a queue whose writing end
+    it holds too, so it would otherwise outlive an exporting process that was killed, waiting forever."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: nothing to arrange
+        return
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
+
+
+def _capture_part(trainer, mode: str, inputs: list, targets: list, sources: list[str], saving: Path,
+                  final: Path) -> None:
+    tooling.capture_experience(trainer or _worker_trainer, mode, inputs, targets, sources, saving)
+    saving.replace(final)
 
 
 def _minibatches(entries: Iterator[tuple], size: int) -> Iterator[list[tuple]]:

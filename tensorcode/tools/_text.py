@@ -52,10 +52,8 @@ class Tokenizer:
     @staticmethod
     def pad(rows: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        ids = ids.to(device)
+        # One tensor from padded lists: a tensor and a slice assignment per row cost more than the model.
+        ids = torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=torch.long, device=device)
         return ids, ids != 0
 
     @staticmethod

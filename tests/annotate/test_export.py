@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import zipfile
 
@@ -202,3 +203,155 @@ def test_a_distribution_target_exports_with_its_candidates_and_trains(project, p
     trainer = tooling.trainer_for(project.current_version)
     experience = training.load_experience(export.directory / "part-00001.json", operations=trainer.operations)
     assert len(trainer.fit([experience])) == 1
+
+
+# -- capturing in parallel processes ------------------------------------------------------------------------------
+def _export_files(project, admin, processes: int, settings) -> tuple[exports.Export, dict[str, bytes]]:
+    settings.TC_EXPORT_PROCESSES = processes
+    export = exports.create_export(project, admin, minibatch_size=1, enqueue=False)
+    assert tasks.run_export(export.pk) == ExportState.SUCCEEDED
+    export.refresh_from_db()
+    names = [n for n in export.files if n.startswith("part-")] + ["answers.jsonl"]
+    return export, {name: (export.directory / name).read_bytes() for name in names}
+
+
+def _recording_capture(monkeypatch, log, fail_on: str | None = None, kill_a_worker: bool = False):
+    """Wrap `tooling.capture_experience` (forked workers inherit the wrap) to log the capturing process's pid,
+    to raise on the minibatch whose first source contains `fail_on`, and to kill the first worker process
+    that captures (never this one)."""
+    import os
+    import signal
+
+    real = tooling.capture_experience
+    exporting = os.getpid()
+
+    def capture(trainer, mode, inputs, targets, sources, path):
+        with open(log, "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        if fail_on and fail_on in sources[0]:
+            raise OSError(f"disk full at {path.name}")
+        if kill_a_worker and os.getpid() != exporting:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(trainer, mode, inputs, targets, sources, path)
+
+    monkeypatch.setattr(tooling, "capture_experience", capture)
+
+
+def test_parallel_capture_writes_the_same_files_as_one_process(
+    project, project_admin, answered, settings, monkeypatch, tmp_path
+) -> None:
+    import os
+
+    log = tmp_path / "pids"
+    _recording_capture(monkeypatch, log)
+    alone, alone_files = _export_files(project, project_admin, 1, settings)
+    assert set(log.read_text().split()) == {str(os.getpid())}
+    log.unlink()
+
+    together, together_files = _export_files(project, project_admin, 3, settings)
+
+    pids = set(log.read_text().split())
+    assert pids - {str(os.getpid())}  # parts captured in worker processes (and maybe here too)
+    assert len(together_files) == 6 and together_files == alone_files
+    assert (together.done, together.total) == (5, 5)
+    manifest = json.loads((together.directory / "manifest.json").read_text())
+    assert [f["name"] for f in manifest["files"]] == [f"part-{n:05d}.json" for n in range(1, 6)]
+    with zipfile.ZipFile(exports.archive_path(together)) as archive:
+        assert len(archive.namelist()) == 7
+
+
+def test_a_capture_failing_in_a_worker_fails_the_export_with_its_reason(
+    project, project_admin, answered, settings, monkeypatch, tmp_path
+) -> None:
+    settings.TC_EXPORT_PROCESSES = 2
+    _recording_capture(monkeypatch, tmp_path / "pids", fail_on=f"/{answered[3].pk}/")
+    export = exports.create_export(project, project_admin, minibatch_size=1, enqueue=False)
+
+    with pytest.raises(OSError, match="disk full at part-00004.json"):
+        exports.run(export)
+
+    export.refresh_from_db()
+    assert (export.state, export.error) == (ExportState.FAILED, "OSError: disk full at part-00004.json")
+    assert not (export.directory / "manifest.json").exists()
+    assert not list(export.directory.glob("part-*"))
+
+
+def test_a_capture_process_killed_fails_the_export_and_it_runs_again(
+    project, project_admin, answered, settings, monkeypatch, tmp_path
+) -> None:
+    settings.TC_EXPORT_PROCESSES = 2
+    _recording_capture(monkeypatch, tmp_path / "pids", kill_a_worker=True)
+    export = exports.create_export(project, project_admin, minibatch_size=1, enqueue=False)
+
+    with pytest.raises(RuntimeError, match="capture process died"):
+        exports.run(export)
+
+    export.refresh_from_db()
+    assert export.state == ExportState.FAILED
+    assert export.error.startswith("RuntimeError: a capture process died")
+    monkeypatch.undo()
+    assert tasks.run_export(export.pk) == ExportState.SUCCEEDED
+    export.refresh_from_db()
+    assert export.done == 5
+
+
+def test_a_daemonic_process_captures_in_its_own_process(
+    project, project_admin, answered, settings, monkeypatch, tmp_path
+) -> None:
+    """A Celery prefork child is daemonic and may not fork workers: the export still succeeds, in-process."""
+    import multiprocessing
+    import os
+
+    monkeypatch.setitem(multiprocessing.current_process()._config, "daemon", True)
+    log = tmp_path / "pids"
+    _recording_capture(monkeypatch, log)
+
+    export, files = _export_files(project, project_admin, 3, settings)
+
+    assert set(log.read_text().split()) == {str(os.getpid())}
+    assert export.done == 5 and len(files) == 6
+
+
+def _exporting_process(ready) -> None:
+    """Forks a capture worker as `_Captures` does (`_exit_with_parent` first), then waits to be killed."""
+    import os
+    import signal
+
+    parent = os.getpid()
+    worker = os.fork()
+    if worker == 0:
+        exports._exit_with_parent(parent)
+        ready.put(os.getpid())
+        signal.pause()
+        os._exit(0)
+    signal.pause()
+
+
+def test_a_capture_worker_dies_with_the_exporting_process(wait_until) -> None:
+    """A worker left behind would wait on its queue forever: killing the exporting process ends it too."""
+    import multiprocessing
+    import os
+    import signal
+    from pathlib import Path
+
+    context = multiprocessing.get_context("fork")
+    ready = context.Queue()
+    exporting = context.Process(target=_exporting_process, args=(ready,))
+    exporting.start()
+    worker = ready.get(timeout=60)
+
+    os.kill(exporting.pid, signal.SIGKILL)
+    exporting.join()
+
+    def gone() -> bool:
+        status = Path(f"/proc/{worker}/status")
+        try:
+            return "State:\tZ" in status.read_text()  # dead, waiting for init to reap it
+        except FileNotFoundError:
+            return True
+
+    try:
+        wait_until(gone, timeout=30, what="the orphaned capture worker to die")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)  # when this fails, leave no process behind holding the test's pipes
