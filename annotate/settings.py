@@ -89,7 +89,7 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
 # would let one gunicorn worker keep serving a session another worker has already logged out.
 TC_CACHE_URL = os.environ.get("TC_CACHE_URL", "")
 if TC_CACHE_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": TC_CACHE_URL,
+    CACHES = {"default": {"BACKEND": "annotate.cache.RedisCache", "LOCATION": TC_CACHE_URL,
                           "KEY_PREFIX": os.environ.get("TC_CACHE_KEY_PREFIX", "tc")}}
     SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 else:

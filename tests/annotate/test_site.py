@@ -136,8 +136,7 @@ def test_sessions_use_the_shared_cache_only_when_one_is_configured() -> None:
     local = subprocess.run([sys.executable, "-c", code], env={**env, "TC_CACHE_URL": ""},
                            capture_output=True, text=True, check=True, cwd=settings.BASE_DIR)
 
-    assert shared.stdout.split() == ["django.contrib.sessions.backends.cached_db",
-                                     "django.core.cache.backends.redis.RedisCache"]
+    assert shared.stdout.split() == ["django.contrib.sessions.backends.cached_db", "annotate.cache.RedisCache"]
     assert local.stdout.split() == ["django.contrib.sessions.backends.db",
                                     "django.core.cache.backends.locmem.LocMemCache"]
 
@@ -151,7 +150,7 @@ def test_logout_ends_a_cached_session_everywhere(settings, client, django_user_m
 
     from tests.conftest import REDIS_URL
 
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+    settings.CACHES = {"default": {"BACKEND": "annotate.cache.RedisCache", "LOCATION": REDIS_URL,
                                    "KEY_PREFIX": f"tc-test-{os.getpid()}"}}
     settings.SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
     django_user_model.objects.create_user("cara", password="a-long-password")
@@ -166,6 +165,30 @@ def test_logout_ends_a_cached_session_everywhere(settings, client, django_user_m
 
     assert cache.get(f"django.contrib.sessions.cached_db{cookie}") is None
     assert other_worker.get(reverse("home")).status_code == 302
+
+
+@pytest.mark.redis
+def test_the_redis_cache_keeps_one_client_for_every_call(settings) -> None:
+    """Django's client builds a `redis.Redis` per call; ours builds one, and it still reads what it writes."""
+    from django.core.cache import caches
+
+    from tests.conftest import REDIS_URL
+
+    settings.CACHES = {"default": {"BACKEND": "annotate.cache.RedisCache", "LOCATION": REDIS_URL,
+                                   "KEY_PREFIX": f"tc-test-client-{os.getpid()}"}}
+    cache = caches.create_connection("default")
+    built = []
+    real = cache._cache._client
+    cache._cache._client = lambda **kwargs: built.append(kwargs) or real(**kwargs)
+
+    cache.set("answer", {"target": [0.25, 0.75]}, 30)
+    assert cache.get("answer") == {"target": [0.25, 0.75]}
+    assert cache.get("missing", "default") == "default"
+    cache.delete("answer")
+
+    assert cache.get("answer") is None
+    assert len(built) == 1
+    assert cache._cache.get_client(write=True) is cache._cache.get_client()
 
 
 def _postgres_database_settings(printed: str, **environment: str) -> list[str]:
