@@ -7,6 +7,7 @@ only when the export succeeds; `manifest.json` is written last, and `export-<id>
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import multiprocessing
@@ -326,14 +327,11 @@ class _Captures:
     never touch the database. A file is complete once its capture returns; a capture that fails, or a
     worker that dies, fails the export with the reason.
 
-    A daemonic process may not have children: in a Celery prefork pool's child (the CPU workers' default),
-    an export captures in its own process, and the pool's other children keep the remaining cores busy.
     """
 
     def __init__(self, trainer, mode: str):
         self.trainer, self.mode = trainer, mode
-        daemonic = multiprocessing.current_process().daemon
-        self.workers = 0 if daemonic else max(0, settings.TC_EXPORT_PROCESSES - 1)
+        self.workers = max(0, settings.TC_EXPORT_PROCESSES - 1)
         self.pool: ProcessPoolExecutor | None = None
         self.pending: deque[tuple[Future, int, str]] = deque()
         self.held: tuple | None = None  # the first minibatch, until a second shows the export needs workers
@@ -351,7 +349,8 @@ class _Captures:
             gc.freeze()  # the workers' collections leave the inherited objects (and so their pages) alone
             self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
                                             initializer=_adopt_trainer, initargs=(self.trainer, os.getpid()))
-            self._send(self.held)
+            with _forking_allowed():
+                self._send(self.held)  # the first task forks every worker
             self.held = None
         finished = 0
         while self.pending and self.pending[0][0].done():
@@ -394,6 +393,23 @@ class _Captures:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             gc.unfreeze()
+
+
+@contextlib.contextmanager
+def _forking_allowed():
+    """Let a daemonic process, such as a Celery prefork pool's child (the CPU workers' default), fork workers.
+
+    `multiprocessing` refuses children to a daemonic process so that none outlives it. Capture workers die with
+    the process that forked them (`_exit_with_parent`) and are joined before its export returns, so here the
+    refusal would guard nothing and only make every export from a prefork worker run on one core.
+    """
+    config = multiprocessing.current_process()._config
+    daemon = config.pop("daemon", None)
+    try:
+        yield
+    finally:
+        if daemon is not None:
+            config["daemon"] = daemon
 
 
 _worker_trainer = None  # the trainer a forked capture worker inherited (`_adopt_trainer`)

@@ -38,8 +38,10 @@ def _database_url() -> str:
 
 
 @pytest.fixture
-def backend_redis_worker(tmp_path: Path, monkeypatch):
-    """A worker on the test database and artifact dir; `annotate.tasks` sends its tasks to it through Redis."""
+def backend_redis_worker(tmp_path: Path, monkeypatch, request):
+    """A worker on the test database and artifact dir; `annotate.tasks` sends its tasks to it through Redis.
+
+    The demo's worker (`--pool=solo`), or with `indirect` parametrization another pool (`"prefork"`)."""
     redis.Redis.from_url(REDIS_URL).flushdb()
     env = {key: value for key, value in os.environ.items() if not key.startswith(("CELERY_", "TC_"))}
     env.update(
@@ -54,8 +56,9 @@ def backend_redis_worker(tmp_path: Path, monkeypatch):
                             lambda *args, _name=name: client.send_task(f"annotate.tasks.{_name}", args=list(args)))
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
-        worker = subprocess.Popen(worker_command(), cwd=settings.BASE_DIR, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT)
+        pool = getattr(request, "param", "solo")
+        command = [f"--pool={pool}" if part == "--pool=solo" else part for part in worker_command()]
+        worker = subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         yield worker
     finally:
@@ -105,6 +108,26 @@ def test_export_runs_on_a_real_worker_and_loads(project, reviewer, ready_items, 
         for record in training.load_experience(export.directory / name, operations=trainer.operations).supervisions:
             sources.extend(record.source)
     assert sources == [f"review:outages/{pk}/rita" for pk in (items[1].pk, items[2].pk, items[0].pk)]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("backend_redis_worker", ["prefork"], indirect=True)
+def test_a_prefork_worker_exports_with_capture_workers(project, reviewer, ready_items, project_admin,
+                                                      backend_redis_worker, wait_until) -> None:
+    """A prefork pool's child is daemonic, which `multiprocessing` refuses children to: the export forks its
+    capture workers all the same (one minibatch each), and succeeds."""
+    items = ready_items(project, [0.3, 0.1, 0.2])
+    for _ in items:
+        queue.submit(queue.claim_next(project, reviewer), reviewer, "db")
+
+    export = exports.create_export(project, project_admin, minibatch_size=1)
+
+    wait_until(lambda: type(export).objects.get(pk=export.pk).state in (ExportState.SUCCEEDED, ExportState.FAILED),
+               timeout=180, what="the export to finish")
+    export.refresh_from_db()
+    assert export.state == ExportState.SUCCEEDED, export.error
+    assert export.done == 3
+    assert sorted(n for n in export.files if n.startswith("part-")) == [f"part-0000{n}.json" for n in (1, 2, 3)]
 
 
 def test_concurrent_claims_never_give_an_item_to_two_reviewers(project, ready_items, django_user_model) -> None:
