@@ -88,19 +88,26 @@ def test_imported_items_are_predicted_by_a_real_worker(project, backend_redis_wo
     assert item.confidence == item.prediction.confidence
 
 
-@pytest.mark.redis
-def test_export_runs_on_a_real_worker_and_loads(project, reviewer, ready_items, project_admin,
-                                                backend_redis_worker, wait_until) -> None:
+def _export_on_the_worker(project, reviewer, ready_items, project_admin, wait_until, minibatch_size: int):
+    """Three items answered by rita, then an export run by the worker; returns the items and the finished export."""
     items = ready_items(project, [0.3, 0.1, 0.2])
     for _ in items:
         queue.submit(queue.claim_next(project, reviewer), reviewer, "db")
 
-    export = exports.create_export(project, project_admin, minibatch_size=2)
+    export = exports.create_export(project, project_admin, minibatch_size=minibatch_size)
 
     wait_until(lambda: type(export).objects.get(pk=export.pk).state in (ExportState.SUCCEEDED, ExportState.FAILED),
                timeout=180, what="the export to finish")
     export.refresh_from_db()
     assert export.state == ExportState.SUCCEEDED, export.error
+    return items, export
+
+
+@pytest.mark.redis
+def test_export_runs_on_a_real_worker_and_loads(project, reviewer, ready_items, project_admin,
+                                                backend_redis_worker, wait_until) -> None:
+    items, export = _export_on_the_worker(project, reviewer, ready_items, project_admin, wait_until, 2)
+
     assert (export.done, export.total) == (3, 3)
     trainer = tooling.trainer_for(project.current_version)
     sources = []
@@ -116,16 +123,8 @@ def test_a_prefork_worker_exports_with_capture_workers(project, reviewer, ready_
                                                       backend_redis_worker, wait_until) -> None:
     """A prefork pool's child is daemonic, which `multiprocessing` refuses children to: the export forks its
     capture workers all the same (one minibatch each), and succeeds."""
-    items = ready_items(project, [0.3, 0.1, 0.2])
-    for _ in items:
-        queue.submit(queue.claim_next(project, reviewer), reviewer, "db")
+    _, export = _export_on_the_worker(project, reviewer, ready_items, project_admin, wait_until, 1)
 
-    export = exports.create_export(project, project_admin, minibatch_size=1)
-
-    wait_until(lambda: type(export).objects.get(pk=export.pk).state in (ExportState.SUCCEEDED, ExportState.FAILED),
-               timeout=180, what="the export to finish")
-    export.refresh_from_db()
-    assert export.state == ExportState.SUCCEEDED, export.error
     assert export.done == 3
     assert sorted(n for n in export.files if n.startswith("part-")) == [f"part-0000{n}.json" for n in (1, 2, 3)]
 
