@@ -326,7 +326,6 @@ class _Captures:
     run the model, so they share its trainer and imports page for page (torch alone is 190 MB a process) and
     never touch the database. A file is complete once its capture returns; a capture that fails, or a
     worker that dies, fails the export with the reason.
-
     """
 
     def __init__(self, trainer, mode: str):
@@ -420,7 +419,6 @@ def _adopt_trainer(trainer, exporting: int) -> None:
     import torch
 
     _exit_with_parent(exporting)
-
     torch.set_num_threads(1)  # one core per worker: the workers are the parallelism
     _worker_trainer = trainer
 

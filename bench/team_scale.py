@@ -421,7 +421,8 @@ def _load_process(args) -> None:
 
 
 def _export(env: dict, data_dir: Path) -> dict:
-    """`manage.py export_experience` of the export project in a child process: wall time and peak RSS."""
+    """`manage.py export_experience` of the export project in a child process: wall time, the peak memory of it
+    and its capture workers together, and its own peak RSS."""
     command = [sys.executable, "manage.py", "export_experience", EXPORT]
     seconds, rss_mb, output, tree_mb = _timed_child(command, env)
     return {"export_s": seconds, "export_mb": tree_mb, "export_own_mb": rss_mb, "export_output": output}
