@@ -155,7 +155,7 @@ class Decoder:
             values = {k: self.decode(v, where, depth + 1, node) for k, v in fields.items()}
             try:
                 return cls(**values)
-            except (TypeError, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - application code given a file's values; any refusal counts
                 raise ExperienceError(f"{where}: codec {data['codec']!r} rejected its fields: {exc}") from exc
         if node is not None and tag in ("ref", "root"):
             return node(data, where)
