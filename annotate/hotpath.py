@@ -45,7 +45,8 @@ _PROJECT = _Part(Project, "p")
 _CURRENT = _Part(ModelVersion, "cv")
 _PREDICTION = _Part(Prediction, "pr", defer=("trace",))  # the largest field; only the trace view reads it
 _PREDICTED_BY = _Part(ModelVersion, "pv")
-_PAGE_PARTS = (_ITEM, _PROJECT, _CURRENT, _PREDICTION, _PREDICTED_BY)
+_VIEWER_ANSWER = _Part(Answer, "va")
+_PAGE_PARTS = (_ITEM, _PROJECT, _CURRENT, _PREDICTION, _PREDICTED_BY, _VIEWER_ANSWER)
 _ANSWER = _Part(Answer, "a")
 
 
@@ -97,23 +98,37 @@ def _instances(parts, row: list) -> tuple[list, int]:
     return made, start
 
 
+def _latest_final(q, column: str, project_column: str) -> str:
+    """SQL: `column` of the reviewer's (a parameter; the final kinds follow) latest final answer in the project."""
+    kinds = ", ".join(["%s"] * len(FINAL_KINDS))
+    answer, item = _table(Answer, q), _table(Item, q)
+    return (f"SELECT b.{q(column)} FROM {answer} b INNER JOIN {item} j ON j.{q('id')} = b.{q('item_id')} "
+            f"WHERE b.{q('reviewer_id')} = %s AND j.{q('project_id')} = {project_column} "
+            f"AND b.{q('kind')} IN ({kinds}) "
+            f"ORDER BY b.{q('updated_at')} DESC, b.{q('id')} DESC LIMIT 1")
+
+
 def _page_sql(connection):
     q = connection.ops.quote_name
     columns = [c for part in _PAGE_PARTS for c in part.columns(q)]
+    project_id = f"p.{q('id')}"
     sql = (
         f"SELECT {', '.join(columns)}, {_role(q)}, "
         f"(SELECT MAX(c.{q('expires_at')}) FROM {_table(Claim, q)} c WHERE c.{q('item_id')} = i.{q('id')} "
-        f"AND c.{q('reviewer_id')} = %s AND c.{q('expires_at')} > %s) "
+        f"AND c.{q('reviewer_id')} = %s AND c.{q('expires_at')} > %s), "
+        f"({_latest_final(q, 'item_id', project_id)}) "
         f"FROM {_table(Item, q)} i "
         f"INNER JOIN {_table(Project, q)} p ON p.{q('id')} = i.{q('project_id')} "
         f"LEFT JOIN {_table(ModelVersion, q)} cv ON cv.{q('id')} = p.{q('current_version_id')} "
         f"LEFT JOIN {_table(Prediction, q)} pr ON pr.{q('id')} = i.{q('prediction_id')} "
         f"LEFT JOIN {_table(ModelVersion, q)} pv ON pv.{q('id')} = pr.{q('model_version_id')} "
+        f"LEFT JOIN {_table(Answer, q)} va ON va.{q('item_id')} = i.{q('id')} AND va.{q('reviewer_id')} = %s "
         f"WHERE i.{q('id')} = %s AND p.{q('slug')} = %s"
     )
     fields = [f for part in _PAGE_PARTS for f in part.fields]
     expressions = [f.get_col(f.model._meta.db_table) for f in fields]
-    expressions += [Membership._meta.get_field("role").get_col("m"), Claim._meta.get_field("expires_at").get_col("c")]
+    expressions += [Membership._meta.get_field("role").get_col("m"), Claim._meta.get_field("expires_at").get_col("c"),
+                    Answer._meta.get_field("item").get_col("b")]
     return sql, expressions
 
 
@@ -122,38 +137,38 @@ _PAGE = _Query(_page_sql)
 
 def item_for_page(user, slug: str, pk: int, now) -> Item | None:
     """Item `pk` of project `slug` with its project (and current version), prediction (and its version, not the
-    trace), and two attributes for `user`: `viewer_role` and `viewer_claim_expires` (None without an active claim).
+    trace), and four attributes for `user`: `viewer_role`, `viewer_claim_expires` (None without an active claim),
+    `viewer_answer` (their answer to the item, None without one) and `viewer_latest_item_id` (the item of their
+    latest final answer in the project, None before the first).
 
-    What this ORM query gives, in one fixed statement::
+    What these ORM queries give, in one fixed statement::
 
         Item.objects.select_related("project", "project__current_version", "prediction", "prediction__model_version")
             .defer("prediction__trace").filter(pk=pk, project__slug=slug)
-            .annotate(viewer_role=<user's membership role>, viewer_claim_expires=<user's active claim's expiry>)
+            .annotate(viewer_role=<user's membership role>, viewer_claim_expires=<user's active claim's expiry>,
+                      viewer_latest_item_id=<item of user's latest final answer in the project>)
+        Answer.objects.filter(item=item, reviewer=user).first()
     """
-    rows = _PAGE.run([user.pk, user.pk, _datetime(now), pk, slug])
+    rows = _PAGE.run([user.pk, user.pk, _datetime(now), user.pk, *_final_kinds(), user.pk, pk, slug])
     if not rows:
         return None
     row = rows[0]
-    (item, project, current, prediction, predicted_by), start = _instances(_PAGE_PARTS, row)
+    (item, project, current, prediction, predicted_by, answer), start = _instances(_PAGE_PARTS, row)
     project.current_version = current
     if prediction is not None:
         prediction.model_version = predicted_by
     item.project = project
     item.prediction = prediction
-    item.viewer_role, item.viewer_claim_expires = row[start], row[start + 1]
+    item.viewer_answer = answer
+    item.viewer_role, item.viewer_claim_expires, item.viewer_latest_item_id = row[start : start + 3]
     return item
 
 
 def _answers_sql(connection):
     q = connection.ops.quote_name
-    kinds = ", ".join(["%s"] * len(FINAL_KINDS))
-    answer, item = _table(Answer, q), _table(Item, q)
     sql = (
-        f"SELECT {', '.join(_ANSWER.columns(q))} FROM {answer} a "
-        f"WHERE a.{q('reviewer_id')} = %s AND (a.{q('item_id')} = %s OR a.{q('id')} = ("
-        f"SELECT b.{q('id')} FROM {answer} b INNER JOIN {item} j ON j.{q('id')} = b.{q('item_id')} "
-        f"WHERE b.{q('reviewer_id')} = %s AND j.{q('project_id')} = %s AND b.{q('kind')} IN ({kinds}) "
-        f"ORDER BY b.{q('updated_at')} DESC, b.{q('id')} DESC LIMIT 1))"
+        f"SELECT {', '.join(_ANSWER.columns(q))} FROM {_table(Answer, q)} a "
+        f"WHERE a.{q('reviewer_id')} = %s AND (a.{q('item_id')} = %s OR a.{q('id')} = ({_latest_final(q, 'id', '%s')}))"
     )
     return sql, [f.get_col(Answer._meta.db_table) for f in _ANSWER.fields]
 

@@ -133,19 +133,24 @@ def save_draft(item: Item, user, target) -> Answer:
         return _write(answer, item, user, AnswerKind.DRAFT, tooling.to_json(target), "", "draft saved")
 
 
-def answer_and_previous(project: Project, user, item: Item) -> tuple[Answer | None, int | None]:
+def answer_and_previous(project: Project, user, item: Item, *, read: tuple[Answer | None, int | None] | None = None
+                        ) -> tuple[Answer | None, int | None]:
     """`user`'s answer to `item` and the item they answered last in `project` before it, in one query.
 
     The previous item is the one `previous(project, user, before=item)` gives; when `item`'s own answer is final
-    it is looked up after it (a second query), since "before" is then relative to that answer.
+    it is looked up after it (a second query), since "before" is then relative to that answer. `read`: the answer
+    and the item of the latest final answer, already read (`hotpath.item_for_page` reads them with the item).
     """
-    rows = hotpath.answer_and_latest(user, project.pk, item.pk)
-    answer = next((row for row in rows if row.item_id == item.pk), None)
+    if read is not None:
+        answer, latest = read
+    else:
+        rows = hotpath.answer_and_latest(user, project.pk, item.pk)
+        answer = next((row for row in rows if row.item_id == item.pk), None)
+        latest = next((row.item_id for row in rows if row.item_id != item.pk), None)
     if answer is not None and answer.is_final:
         before = previous(project, user, before=item)
         return answer, before.pk if before else None
-    other = next((row for row in rows if row.item_id != item.pk), None)
-    return answer, other.item_id if other else None
+    return answer, latest
 
 
 def previous(project: Project, user, before: Item | None = None) -> Item | None:

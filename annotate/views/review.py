@@ -39,7 +39,7 @@ def review_next(request: HttpRequest, slug: str) -> HttpResponse:
 def item_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """One item: inputs, prediction, trace, guidelines and (for its reviewer) the target editor."""
     project, item = access.member_item(request, slug, pk)
-    return _workspace(request, project, item)
+    return _workspace(request, project, item, read=(item.viewer_answer, item.viewer_latest_item_id))
 
 
 @require_GET
@@ -158,10 +158,11 @@ def _queue_empty(request: HttpRequest, project: Project) -> HttpResponse:
 
 
 def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str = "", notice: str = "",
-               status: int = 200) -> HttpResponse:
+               status: int = 200, read: tuple | None = None) -> HttpResponse:
+    """`read`: the viewer's answer and latest answered item, when they came with the item (the item page)."""
     user = request.user
     now = timezone.now()
-    answer, previous_pk = queue.answer_and_previous(project, user, item)
+    answer, previous_pk = queue.answer_and_previous(project, user, item, read=read)
     if hasattr(item, "viewer_claim_expires"):  # read with the item (item page) or just made (claim-next)
         claim_expires = item.viewer_claim_expires
     else:

@@ -50,12 +50,37 @@ def test_item_for_page_matches_the_orm(project, reviewer) -> None:
     assert _fields(fast.prediction) == _fields(slow.prediction)  # ...and still there when asked for
 
 
+def test_item_for_page_brings_the_viewers_answer_and_latest_answered_item(project, reviewer, second_reviewer
+                                                                        ) -> None:
+    """What `answer_and_latest` would read for the workspace, read with the item instead: the viewer's own
+    answer (a draft too) and the item of their latest final answer, never another reviewer's."""
+    items = make_ready_items(project, [0.1, 0.2, 0.3, 0.4])
+    for item in items[:2]:
+        queue.claim_next(project, reviewer)
+        queue.submit(item, reviewer, "db")
+    queue.claim_next(project, second_reviewer)
+    queue.submit(items[2], second_reviewer, "db")
+    queue.save_draft(items[3], reviewer, "dns")
+
+    for item in items:
+        page = hotpath.item_for_page(reviewer, project.slug, item.pk, timezone.now())
+        mine = Answer.objects.filter(item=item, reviewer=reviewer).first()
+        assert (model_to_dict(page.viewer_answer) if page.viewer_answer else None) == (
+            model_to_dict(mine) if mine else None)
+        assert page.viewer_latest_item_id == items[1].pk
+        assert queue.answer_and_previous(project, reviewer, item, read=(page.viewer_answer, page.viewer_latest_item_id)
+                                         ) == queue.answer_and_previous(project, reviewer, item)
+    fresh = hotpath.item_for_page(second_reviewer, project.slug, items[0].pk, timezone.now())
+    assert fresh.viewer_answer is None and fresh.viewer_latest_item_id == items[2].pk
+
+
 def test_item_for_page_without_claim_membership_or_prediction(project, outsider) -> None:
     item = Item.objects.create(project=project, inputs={"question": "q"}, status=ItemStatus.PENDING)
 
     found = hotpath.item_for_page(outsider, project.slug, item.pk, timezone.now())
 
     assert found.prediction is None and found.viewer_role is None and found.viewer_claim_expires is None
+    assert found.viewer_answer is None and found.viewer_latest_item_id is None
     assert hotpath.item_for_page(outsider, "another-project", item.pk, timezone.now()) is None
     assert hotpath.item_for_page(outsider, project.slug, item.pk + 1000, timezone.now()) is None
 

@@ -20,7 +20,7 @@ HX = {"HTTP_HX_REQUEST": "true"}
 # Counted with sessions in the database (no TC_CACHE_URL); with a shared cache the session read is one fewer.
 # The claim returns the item with its prediction and the claim it made, so the page does not read them again.
 CLAIM_NEXT_BUDGET = 11  # session, user, project with role, the claim's transaction, the answer with "previous"
-ITEM_PAGE_BUDGET = 4  # session, user, item with project, role, prediction and claim, answer with "previous"
+ITEM_PAGE_BUDGET = 3  # session, user, item with project, role, prediction, claim, answer and "previous"
 SUBMIT_BUDGET = 24  # the answer's transaction, then claim-next and the next item's page
 
 
