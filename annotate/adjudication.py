@@ -82,6 +82,8 @@ def adjudicate(item: Item, admin, *, target: Any = None, answer: Answer | None =
     if len(given) != 1:
         raise ValueError("adjudicate: give exactly one of target, answer or distribution, got "
                          + (", ".join(given) or "none"))
+    if "\x00" in str(note):
+        raise ValueError("note: contains a NUL character (\\u0000), which cannot be stored; remove it")
     now = now or timezone.now()
     with transaction.atomic():
         item = Item.objects.select_for_update().get(pk=item.pk)

@@ -152,7 +152,7 @@ def upload_experience(project: Project, user, stream, *, name: str = "") -> Expe
     with transaction.atomic():
         upload = ExperienceUpload.objects.create(
             project=project, uploaded_by=user if getattr(user, "pk", None) else None,
-            original_name=str(name)[:255], size=len(data),
+            original_name=str(name).replace("\x00", "")[:255], size=len(data),
         )
         storage.write_once(storage.artifact_dir("uploads", upload.pk) / ExperienceUpload.FILE_NAME, data)
         tasks.check_experience_upload.delay_on_commit(upload.pk)

@@ -241,6 +241,9 @@ def _single_values(params, errors: dict[str, str]) -> dict[str, str]:
             continue
         if len(got) > 1:
             errors[name] = f"{name} is given {len(got)} times; give it once"
+        if any("\x00" in v for v in got):
+            errors[name] = f"{name} contains a NUL character (\\u0000), which no filter value can hold"
+            continue
         values[name] = got[-1].strip() if got else ""
     return values
 

@@ -51,11 +51,41 @@ def validate_target(tool: str, mode: str, inputs: Any, target: Any, configuratio
 
 
 def to_json(value: Any) -> Any:
-    """`value` as strict JSON data (no NaN/Infinity, tuples as lists); `ValueError` otherwise."""
+    """`value` as strict JSON data (no NaN/Infinity, tuples as lists, no NUL in text); `ValueError` otherwise.
+
+    PostgreSQL cannot store a NUL character in JSON text, so one is refused here, naming where it is, rather
+    than failing the write that follows.
+    """
     try:
-        return json.loads(json.dumps(value, allow_nan=False))
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"not strict JSON data: {exc}") from exc
+    data = json.loads(text)
+    if "\\u0000" in text:  # every NUL is written as this escape; a literal backslash-u0000 in text matches too
+        where = _nul_at(data)
+        if where is not None:
+            raise ValueError(f"{where or 'the value'}: contains a NUL character (\\u0000), which cannot be stored")
+    return data
+
+
+def _nul_at(data: Any, where: str = "") -> str | None:
+    """The path of the first string (or key) in `data` holding a NUL character, None if none does."""
+    if isinstance(data, str):
+        return where if "\x00" in data else None
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{where}.{key}" if where else str(key)
+            if "\x00" in key:
+                return path.replace("\x00", "\\u0000")
+            found = _nul_at(value, path)
+            if found is not None:
+                return found
+    if isinstance(data, list):
+        for index, value in enumerate(data):
+            found = _nul_at(value, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 # -- worker side: models, predictions, traces ------------------------------------------------------------------

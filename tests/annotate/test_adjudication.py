@@ -52,6 +52,13 @@ def test_a_written_target_the_trainer_rejects_is_refused_and_nothing_stored(spli
     assert not Adjudication.objects.exists()
 
 
+def test_a_note_with_a_nul_character_is_refused_and_nothing_stored(split_item, project_admin) -> None:
+    with pytest.raises(ValueError, match=r"note: contains a NUL character"):
+        adjudication.adjudicate(split_item, project_admin, target="dns", note="checked\x00")
+
+    assert not Adjudication.objects.exists()
+
+
 def test_the_reviewers_distribution_is_a_valid_ranking_target(split_item, project_admin) -> None:
     result = adjudication.adjudicate(split_item, project_admin, distribution=True)
 

@@ -49,6 +49,22 @@ def test_import_refuses_nan(project) -> None:
         imports.import_jsonl(project, _jsonl('{"inputs": NaN}'))
 
 
+def test_import_refuses_a_nul_character_naming_where_it_is(project) -> None:
+    """PostgreSQL cannot store a NUL in JSON text: refused before anything is written, on every database."""
+    good = {"inputs": {"question": "q", "evidence": [], "hypotheses": [{"id": "x", "text": "one"}]}}
+    bad = {"inputs": {"question": "q", "evidence": [], "hypotheses": [{"id": "x", "text": "o\u0000ne"}]}}
+
+    with pytest.raises(imports.ImportRejected) as caught:
+        imports.import_jsonl(project, _jsonl(good, bad), predict=False)
+
+    assert caught.value.errors == [
+        "line 2: hypotheses[0].text: contains a NUL character (\\u0000), which cannot be stored"]
+    assert not Item.objects.exists()
+    literal = {"inputs": {"question": "a backslash-u0000 is text: \\u0000", "evidence": [],
+                          "hypotheses": [{"id": "x", "text": "one"}]}}
+    assert imports.import_jsonl(project, _jsonl(literal), predict=False).count == 1
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [

@@ -77,6 +77,17 @@ def test_impossible_filters_are_answered_with_400_and_the_reason(client, project
     assert '<option value="lost" selected>lost</option>' in full  # the form shows what was asked
 
 
+def test_a_nul_character_in_a_filter_is_answered_with_400(client, project, reviewer) -> None:
+    """PostgreSQL refuses NUL in text parameters; the list says so instead of failing with a 500."""
+    make_ready_items(project, [0.25])
+    client.force_login(reviewer)
+
+    for name in ("reviewer", "q", "status", "after"):
+        response = client.get(items_url(project, ""), {name: "a\x00b"})
+        assert response.status_code == 400, name
+        assert f"{name} contains a NUL character" in response.content.decode()
+
+
 def test_empty_states_say_why(client, project, reviewer) -> None:
     client.force_login(reviewer)
     assert "This project has no items yet" in client.get(items_url(project)).content.decode()

@@ -104,6 +104,16 @@ def test_describe_value_summarizes_without_copying_large_values() -> None:
     assert described["length"] == 10_000 and len(described["preview"]) == tooling.MAX_PREVIEW
 
 
+def test_to_json_refuses_a_nul_character_naming_its_path() -> None:
+    """Every imported input and stored target passes here; PostgreSQL cannot store a NUL in JSON text."""
+    for value, where in (("a\x00", "the value"), ({"q": ["ok", {"t": "\x00"}]}, "q[1].t"),
+                         ({"k\x00": 1}, "k\\u0000"), ([["x", "y\x00"]], "[0][1]")):
+        with pytest.raises(ValueError) as caught:
+            tooling.to_json(value)
+        assert str(caught.value) == f"{where}: contains a NUL character (\\u0000), which cannot be stored"
+    assert tooling.to_json({"q": "\\u0000", "t": ("a", 1)}) == {"q": "\\u0000", "t": ["a", 1]}
+
+
 def test_check_tool_mode_names_valid_choices() -> None:
     with pytest.raises(ValueError, match="registered tools: chatbot, decision"):
         tooling.check_tool_mode("oracle", "rank")
