@@ -8,7 +8,6 @@ it is limited to); importing and exporting need the project's admin role.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 
 from django.db.models import Count
@@ -70,7 +69,7 @@ def _json_body(request: HttpRequest, limit: int, too_large: str = ""):
     except imports.ImportRejected:
         return _error(413, too_large)
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=imports._refuse_constant)
+        return imports.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         return _error(400, f"the body is not valid JSON: {exc}")
 

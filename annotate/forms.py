@@ -65,6 +65,8 @@ class ProjectForm(forms.ModelForm):
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValidationError(f"Not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from exc
+        except RecursionError as exc:
+            raise ValidationError("Not valid JSON: nested too deeply.") from exc
         if not isinstance(value, dict):
             raise ValidationError("The configuration is a JSON object, like {\"dim\": 32}.")
         return value
@@ -83,6 +85,17 @@ class ProjectForm(forms.ModelForm):
         # The model's own clean() checks the tool and mode; it runs after this, on the instance.
         self.instance.tool, self.instance.mode = tool, mode
         return data
+
+    def add_error(self, field, error) -> None:
+        """The model's own check names its "mode" field, which this form shows as "kind": file it there, unless
+        "kind" already says what is wrong (a choice that is not offered)."""
+        if field is None and isinstance(error, ValidationError) and "mode" in getattr(error, "error_dict", {}):
+            mode = error.error_dict.pop("mode")
+            if "kind" not in self.errors:
+                error.error_dict.setdefault("kind", []).extend(mode)
+            if not error.error_dict:
+                return
+        super().add_error(field, error)
 
     def save(self, commit: bool = True) -> Project:
         project = super().save(commit=False)

@@ -43,6 +43,15 @@ class ImportResult:
         return len(self.item_ids)
 
 
+def loads(text: str) -> Any:
+    """`json.loads` for text from users: NaN and Infinity are refused, and so is nesting so deep that Python's
+    parser runs out of stack (a `RecursionError` otherwise), both as `ValueError`."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError as exc:
+        raise ValueError("nested too deeply") from exc
+
+
 def max_upload_bytes() -> int:
     """The import size limit in bytes (`TC_IMPORT_MAX_BYTES`, default 64 MiB)."""
     return int(getattr(settings, "TC_IMPORT_MAX_BYTES", 64 * 1024 * 1024))
@@ -91,7 +100,7 @@ def parse_jsonl(data: bytes) -> tuple[list[tuple[str, Any]], list[str]]:
             errors.append(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})")
             continue
         try:
-            records.append((where, json.loads(text, parse_constant=_refuse_constant)))
+            records.append((where, loads(text)))
         except ValueError as exc:
             errors.append(f"{where}: not valid JSON ({exc})")
     if not records and not errors:
@@ -108,8 +117,11 @@ def validate_record(project: Project, record: Any) -> Any:
         raise ValueError(f"unknown field {unknown[0]!r}; allowed fields: {', '.join(ALLOWED_FIELDS)}")
     if "inputs" not in record:
         raise ValueError("missing field 'inputs' (the tool's inputs for one example)")
-    inputs = tooling.validate_inputs(project.tool, project.mode, record["inputs"], project.configuration)
-    return tooling.to_json(inputs)
+    try:
+        inputs = tooling.validate_inputs(project.tool, project.mode, record["inputs"], project.configuration)
+        return tooling.to_json(inputs)
+    except RecursionError as exc:  # a value nested almost as deep as the parser allows
+        raise ValueError("inputs: nested too deeply") from exc
 
 
 def create_items(project: Project, inputs_list: list[Any], *, predict: bool = True) -> ImportResult:
@@ -143,7 +155,7 @@ def upload_experience(project: Project, user, stream, *, name: str = "") -> Expe
 
     data = read_limited(stream, max_experience_bytes())
     try:
-        document = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+        document = loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ImportRejected([f"file: not a JSON experience file ({exc})"]) from exc
     if not isinstance(document, dict) or document.get("format") != "tensorcode-experience":

@@ -115,6 +115,14 @@ def test_api_import_refuses_bad_json(client, project, admin_key) -> None:
     assert response.json()["error"].startswith("the body is not valid JSON")
 
 
+def test_api_import_refuses_json_nested_too_deeply(client, project, admin_key) -> None:
+    """Python's parser runs out of stack on deep nesting; that is the body's fault, not a server error."""
+    response = _post(client, "/api/projects/outages/items", "[" * 100_000 + "]" * 100_000, admin_key)
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "the body is not valid JSON: nested too deeply"
+
+
 def test_api_import_refuses_wrong_body_shape(client, project, admin_key) -> None:
     response = _post(client, "/api/projects/outages/items", [{"inputs": GOOD}], admin_key)
 

@@ -49,6 +49,16 @@ def test_import_refuses_nan(project) -> None:
         imports.import_jsonl(project, _jsonl('{"inputs": NaN}'))
 
 
+def test_import_refuses_json_nested_too_deeply_naming_the_line(project) -> None:
+    good = {"inputs": {"question": "q", "evidence": [], "hypotheses": [{"id": "x", "text": "one"}]}}
+
+    with pytest.raises(imports.ImportRejected) as caught:
+        imports.import_jsonl(project, _jsonl(good, "[" * 100_000 + "]" * 100_000), predict=False)
+
+    assert caught.value.errors == ["line 2: not valid JSON (nested too deeply)"]
+    assert not Item.objects.exists()
+
+
 def test_import_refuses_a_nul_character_naming_where_it_is(project) -> None:
     """PostgreSQL cannot store a NUL in JSON text: refused before anything is written, on every database."""
     good = {"inputs": {"question": "q", "evidence": [], "hypotheses": [{"id": "x", "text": "one"}]}}

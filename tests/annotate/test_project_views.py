@@ -192,6 +192,25 @@ def test_project_create_rejects_bad_configuration_with_the_field_named(client, d
 
 
 @pytest.mark.django_db
+def test_project_create_with_a_kind_not_offered_says_so_on_that_field(client, django_user_model) -> None:
+    """The model's own tool and mode check must not crash the form, which has no "mode" field to file it under."""
+    staff = django_user_model.objects.create_user("sue", password="x", is_staff=True, is_superuser=True)
+    client.force_login(staff)
+
+    response = client.post(reverse("project_create"), {
+        "name": "Claims", "slug": "claims", "kind": "oracle/guess", "configuration": "[" * 100_000,
+        "overlap": 1, "lease_seconds": 600,
+    })
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Select a valid choice. oracle/guess is not one of the available choices." in page
+    assert "Not valid JSON: nested too deeply." in page
+    assert "unknown tool" not in page  # said once, by the field
+    assert not Project.objects.exists()
+
+
+@pytest.mark.django_db
 def test_plain_reviewer_cannot_create_projects(client, reviewer) -> None:
     client.force_login(reviewer)
 
