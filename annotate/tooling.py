@@ -50,11 +50,11 @@ def validate_target(tool: str, mode: str, inputs: Any, target: Any, configuratio
     return _tools.validate_target(tool, mode, inputs, target, configuration=configuration or None)
 
 
-def to_json(value: Any) -> Any:
+def to_json(value: Any, *, nul: str | None = None) -> Any:
     """`value` as strict JSON data (no NaN/Infinity, tuples as lists, no NUL in text); `ValueError` otherwise.
 
     PostgreSQL cannot store a NUL character in JSON text, so one is refused here, naming where it is, rather
-    than failing the write that follows.
+    than failing the write that follows; or, given `nul`, replaced by it (a model's output is shown, not refused).
     """
     try:
         text = json.dumps(value, allow_nan=False)
@@ -62,9 +62,21 @@ def to_json(value: Any) -> Any:
         raise ValueError(f"not strict JSON data: {exc}") from exc
     data = json.loads(text)
     if "\\u0000" in text:  # every NUL is written as this escape; a literal backslash-u0000 in text matches too
+        if nul is not None:
+            return _replace_nul(data, nul)
         where = _nul_at(data)
         if where is not None:
             raise ValueError(f"{where or 'the value'}: contains a NUL character (\\u0000), which cannot be stored")
+    return data
+
+
+def _replace_nul(data: Any, by: str) -> Any:
+    if isinstance(data, str):
+        return data.replace("\x00", by)
+    if isinstance(data, list):
+        return [_replace_nul(value, by) for value in data]
+    if isinstance(data, dict):
+        return {key.replace("\x00", by): _replace_nul(value, by) for key, value in data.items()}
     return data
 
 
@@ -170,7 +182,8 @@ def predict_batch(version, inputs_list: Sequence[Any]) -> list[dict]:
     model = {"tool": version.tool, "mode": version.mode, "version": version.pk, "trained": version.trained}
     results = []
     for index, (inputs, receipt) in enumerate(zip(inputs_list, receipts, strict=True)):
-        receipt = to_json(receipt)
+        # A generating model emits bytes; an untrained one can emit a NUL, shown as decoding shows bad bytes.
+        receipt = to_json(receipt, nul="\ufffd")
         raw, calibrated = confidences_of(receipt)
         results.append(
             {

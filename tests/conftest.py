@@ -101,3 +101,15 @@ def wait_for(condition: Callable[[], object], *, timeout: float, what: str) -> o
 @pytest.fixture
 def wait_until() -> Callable[..., object]:
     return wait_for
+
+
+def close_loop_connections() -> None:
+    """Close the database connections this thread opened while Playwright's event loop ran.
+
+    With a loop running, Django keeps connections per async context rather than per thread, so the tests'
+    queries used connections of their own; left open, they outlive the test database and its teardown warns
+    that another session is still using it.
+    """
+    from django.db import connections
+
+    connections.close_all()

@@ -75,6 +75,23 @@ def test_prediction_and_experience_round_trip(tool: str, mode: str, tmp_path) ->
     assert [s for record in loaded.supervisions for s in record.source] == ["review:p/1/r", "review:p/2/r"]
 
 
+def test_a_generated_nul_is_stored_as_the_replacement_character(tmp_path, monkeypatch) -> None:
+    """An untrained generating model can emit byte 0; PostgreSQL cannot store it, so the prediction shows it as
+    U+FFFD, as undecodable bytes are shown, instead of failing the whole batch."""
+    inputs = CASES[("chatbot", "reply")][0]
+    tooling.create_tool("chatbot", "reply", {}).save_pretrained(tmp_path / "model")
+
+    class Version:
+        pk, trained, is_materialized, path, tool, mode = 1, False, True, tmp_path / "model", "chatbot", "reply"
+
+    real = tooling._predict
+    monkeypatch.setattr(tooling, "_predict", lambda *args: [{**r, "text": "a\x00b"} for r in real(*args)])
+
+    (result,) = tooling.predict_batch(Version, [inputs])
+
+    assert result["receipt"]["text"] == "a\ufffdb"
+
+
 @pytest.mark.parametrize(("tool", "mode"), [("chatbot", "reply"), ("decision", "rank")])
 def test_only_the_tools_own_call_is_shown_with_the_items_inputs_and_receipt(tool: str, mode: str, tmp_path) -> None:
     """A generating tool runs its modules as top-level calls of their own: each shows its own output (a tensor),
@@ -112,6 +129,7 @@ def test_to_json_refuses_a_nul_character_naming_its_path() -> None:
             tooling.to_json(value)
         assert str(caught.value) == f"{where}: contains a NUL character (\\u0000), which cannot be stored"
     assert tooling.to_json({"q": "\\u0000", "t": ("a", 1)}) == {"q": "\\u0000", "t": ["a", 1]}
+    assert tooling.to_json({"k\x00": ["a\x00"]}, nul="?") == {"k?": ["a?"]}
 
 
 def test_check_tool_mode_names_valid_choices() -> None:

@@ -11,6 +11,7 @@ import pytest
 from django.conf import settings
 
 from annotate.models import Item, ItemStatus
+from tests.conftest import close_loop_connections
 from tests.trainingjobs.conftest import decision_input, review
 from tests.trainingjobs.test_workers import Workers, _database_url, redis_workers  # noqa: F401 - fixture
 from trainingjobs.models import JobState, TrainingJob
@@ -34,6 +35,7 @@ def browser_page():
             yield page
         finally:
             browser.close()
+            close_loop_connections()
 
 
 def test_admin_launches_watches_and_promotes_a_job(live_server, browser_page, project, admin, reviewer,
