@@ -322,10 +322,10 @@ class _Captures:
     Capturing runs the model on every minibatch and is most of an export's time; it is CPU-bound, so on a
     machine with several cores minibatches are captured in parallel: each goes to a worker process when one
     is free, and is captured here otherwise, between reading answers and writing JSONL. The workers are forked
-    when the second minibatch arrives (a one-minibatch export is not worth a fork), before this process has
-    run the model, so they share its trainer and imports page for page (torch alone is 190 MB a process) and
-    never touch the database. A file is complete once its capture returns; a capture that fails, or a
-    worker that dies, fails the export with the reason.
+    when the second minibatch arrives (a one-minibatch export is not worth a fork), after this process has
+    captured the first, so they share its trainer, its imports and what the model's first run set up, page for
+    page (torch alone is 190 MB a process), and never touch the database. A file is complete once its capture
+    returns; a capture that fails, or a worker that dies, fails the export with the reason.
     """
 
     def __init__(self, trainer, mode: str):
@@ -345,12 +345,16 @@ class _Captures:
             self.held = part
             return 0
         if self.pool is None:
+            # The first minibatch is captured here before forking: the model's first run sets up what it needs
+            # lazily (about 10 MB), and workers forked after it share that instead of each making their own.
+            _capture_part(self.trainer, *self.held)
+            finished, self.held = len(self.held[1]), None
             gc.freeze()  # the workers' collections leave the inherited objects (and so their pages) alone
             self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
                                             initializer=_adopt_trainer, initargs=(self.trainer, os.getpid()))
             with _forking_allowed():
-                self._send(self.held)  # the first task forks every worker
-            self.held = None
+                self._send(part)  # the first task forks every worker
+            return finished
         finished = 0
         while self.pending and self.pending[0][0].done():
             finished += self._oldest()
