@@ -45,12 +45,29 @@ def _routes(resolver=None, prefix: str = ""):
             yield text
 
 
-def _fill(route: str, slug: str, ident: int) -> str:
+def _fill(route: str, slug: str, ident: int | dict) -> str:
+    """`route` for project `slug`, its id argument `ident`, or the id of the kind of object the route names."""
+    if isinstance(ident, dict):
+        ident = next((pk for word, pk in ident.items() if word in route), ident["items"])
     path = "/" + route.replace("<slug:slug>", slug)
     for name in ("<int:pk>", "<int:item_id>", "<int:export_id>"):
         path = path.replace(name, str(ident))
     assert "<" not in path, f"a URL argument this test does not fill: {route}"
     return path
+
+
+def _objects(project: Project, item: Item, admin, reviewer) -> dict[str, int]:
+    """An object of each kind the routes name by id, so their pages and actions run, not just their 404s."""
+    from annotate import export, imports
+    from trainingjobs import services
+
+    queue.submit(item, reviewer, SAMPLES[(project.tool, project.mode)]["target"])
+    made = export.create_export(project, admin, enqueue=False)
+    upload = imports.upload_experience(project, admin, [b'{"format": "tensorcode-experience"}'], name="e.json")
+    job = services.launch(project, base_version=project.current_version, enqueue=False, epochs=1, minibatch_size=4)
+    member = Membership.objects.get(project=project, user=reviewer)
+    return {"exports": made.pk, "experience": upload.pk, "versions": project.current_version_id,
+            "members": member.pk, "jobs/": job.pk, "items": item.pk}
 
 
 def _project(tool: str, mode: str, admin, reviewer) -> tuple[Project, Item]:
@@ -96,14 +113,16 @@ def test_no_junk_request_gets_a_server_error(client, django_user_model) -> None:
     routes = list(_routes())
     failures: list[str] = []
 
-    # Every route of the first project, as each kind of visitor, for an item that exists and one that does not.
+    # Every route of the first project, as each kind of visitor, for objects that exist and ids that do not. The
+    # admin goes last: its junk may remove the reviewer from the project, and that must not crash either.
     project, item = made[0]
-    for who, user in (("admin", admin), ("reviewer", reviewer), ("outsider", outsider), ("anonymous", None)):
+    existing = _objects(project, item, admin, reviewer)
+    for who, user in (("outsider", outsider), ("anonymous", None), ("reviewer", reviewer), ("admin", admin)):
         client.logout()
         if user is not None:
             client.force_login(user)
         for route in routes:
-            for ident in (item.pk, 2**63 - 1):
+            for ident in (existing, 2**63 - 1):
                 path = _fill(route, project.slug, ident)
                 extra = api if path.startswith("/api/") else {"HTTP_HX_REQUEST": "true"}
                 for value in VALUES:
