@@ -8,10 +8,12 @@ one transaction and their predictions are queued for a worker once it commits.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from django.apps import apps
 from django.conf import settings
 from django.db import connection, transaction
 
@@ -169,6 +171,36 @@ def upload_experience(project: Project, user, stream, *, name: str = "") -> Expe
         storage.write_once(storage.artifact_dir("uploads", upload.pk) / ExperienceUpload.FILE_NAME, data)
         tasks.check_experience_upload.delay_on_commit(upload.pk)
     return upload
+
+
+class UploadInUse(ValueError):
+    """The upload is frozen into a training job that has not finished; nothing was removed."""
+
+
+def remove_upload(upload: ExperienceUpload) -> None:
+    """Remove an experience upload, its file with it, so later training jobs no longer include it.
+
+    Refused (`UploadInUse`) while a training job that froze it waits or runs: that job copies the file when it
+    starts. A finished job keeps its own copy; a cancelled one resumed later fails, saying the upload is gone.
+    """
+    waiting = _unfinished_jobs_with(upload)
+    if waiting:
+        jobs = ", ".join(str(pk) for pk in waiting)
+        raise UploadInUse(f"Experience upload {upload.pk} is part of training job {jobs}, which has not finished: "
+                          "cancel the job or let it finish, then remove the upload.")
+    directory = storage.artifact_dir("uploads", upload.pk, create=False)
+    with transaction.atomic():
+        ExperienceUpload.objects.filter(pk=upload.pk).delete()
+        transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))
+
+
+def _unfinished_jobs_with(upload: ExperienceUpload) -> list[int]:
+    """Ids of the project's waiting or running training jobs that froze `upload` (none without the jobs app)."""
+    if not apps.is_installed("trainingjobs"):
+        return []
+    jobs = apps.get_model("trainingjobs", "TrainingJob").objects.filter(
+        project_id=upload.project_id, state__in=["PENDING", "RUNNING"])
+    return [pk for pk, frozen in jobs.values_list("pk", "train_uploads") if upload.pk in (frozen or [])]
 
 
 def _import(project: Project, records: list[tuple[str, Any]], errors: list[str], *, predict: bool) -> ImportResult:

@@ -20,6 +20,7 @@ urlpatterns = [
     path(project + "import/", transfer.project_import, name="project_import"),
     path(project + "experience/", transfer.experience_upload, name="experience_upload"),
     path(project + "experience/<int:pk>/status/", transfer.upload_status, name="upload_status"),
+    path(project + "experience/<int:pk>/remove/", transfer.upload_remove, name="upload_remove"),
     path(project + "exports/", transfer.export_create, name="export_create"),
     path(project + "exports/<int:pk>/status/", transfer.export_status, name="export_status"),
     path(project + "exports/<int:pk>/download/", transfer.export_download, name="export_download"),

@@ -77,6 +77,30 @@ def upload_status(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 
 @require_POST
 @login_required
+def upload_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Remove an experience upload and its file; refused, saying why, while a training job waits to use it."""
+    from annotate import imports
+
+    project = access.admin_project(request, slug)
+    upload = get_object_or_404(ExperienceUpload, pk=pk, project=project)
+    name = upload.original_name or f"experience upload {upload.pk}"
+    try:
+        imports.remove_upload(upload)
+    except imports.UploadInUse as exc:
+        if request.htmx:
+            # 200, so htmx swaps the row in place with the reason (it leaves the page alone on a 4xx).
+            return render(request, "annotate/_upload_status.html",
+                          {"upload": upload, "project": project, "error": str(exc)})
+        messages.error(request, f"{name} was not removed. {exc}")
+        return redirect("project_detail", slug=project.slug)
+    if request.htmx:
+        return render(request, "annotate/_upload_removed.html", {"name": name})
+    messages.success(request, f"{name} removed.")
+    return redirect("project_detail", slug=project.slug)
+
+
+@require_POST
+@login_required
 def export_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Start an export of the project's answers (experience files or flat JSONL) as a Celery task."""
     project = access.admin_project(request, slug)

@@ -10,7 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from annotate import queue
-from annotate.models import Answer, AnswerKind, Export, ExportState, Item, Membership, Project, Role
+from annotate.models import Answer, AnswerKind, ExperienceUpload, Export, ExportState, Item, Membership, Project, Role
 from tests.annotate.conftest import DECISION_INPUT
 from tests.annotate.conftest import make_ready_items as ready_items
 
@@ -148,6 +148,41 @@ def test_export_downloads_as_archive(client, project, project_admin, reviewer) -
 
 
 @pytest.mark.django_db
+@pytest.mark.django_db
+def test_an_admin_removes_an_upload_and_others_cannot(client, project, project_admin, reviewer, outsider) -> None:
+    from annotate import imports
+
+    row = imports.upload_experience(project, project_admin, [b'{"format": "tensorcode-experience"}'], name="mine.json")
+    url = reverse("upload_remove", args=[project.slug, row.pk])
+    for user, status in ((outsider, 404), (reviewer, 403)):
+        client.force_login(user)
+        assert client.post(url, HTTP_HX_REQUEST="true").status_code == status
+    client.force_login(project_admin)
+    assert client.get(url).status_code == 405  # a link cannot remove anything
+    page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
+    assert f'hx-post="{url}"' in page and "hx-confirm=\"Remove mine.json?" in page
+
+    response = client.post(url, HTTP_HX_REQUEST="true")
+
+    assert response.status_code == 200 and "mine.json removed." in response.content.decode()
+    assert not ExperienceUpload.objects.filter(pk=row.pk).exists()
+    assert client.post(url).status_code == 404  # already gone
+
+
+@pytest.mark.django_db
+def test_removing_an_upload_needs_the_csrf_token(project, project_admin) -> None:
+    from django.test import Client
+
+    from annotate import imports
+
+    row = imports.upload_experience(project, project_admin, [b'{"format": "tensorcode-experience"}'], name="mine.json")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(project_admin)
+
+    assert client.post(reverse("upload_remove", args=[project.slug, row.pk])).status_code == 403
+    assert ExperienceUpload.objects.filter(pk=row.pk).exists()
+
+
 def test_uploaded_file_that_is_not_an_experience_is_refused(client, project, project_admin) -> None:
     client.force_login(project_admin)
     hostile = SimpleUploadedFile("evil.json", b'{"format": "pickle", "payload": "gASV"}')

@@ -130,3 +130,26 @@ def test_uploads_changed_after_the_snapshot_change_nothing_and_resume_is_exact(
         straight.loss_points.values_list("step", "loss")
     )
     assert sources_of(interrupted, "train") == sources_of(straight, "train")
+
+
+def test_an_upload_a_waiting_job_froze_is_not_removed_until_the_job_ends(
+        project, uploads, django_capture_on_commit_callbacks) -> None:
+    """Removing an upload takes its file with it; the job that froze it copies the file when it starts, so it
+    is refused, naming the job, until the job is cancelled or done. Later launches leave it out."""
+    from annotate import imports
+
+    job = launch(project, include_uploads=True)
+    first, second = uploads
+    directory = first.path.parent
+
+    with pytest.raises(imports.UploadInUse, match=f"part of training job {job.pk}, which has not finished"):
+        imports.remove_upload(first)
+    assert ExperienceUpload.objects.filter(pk=first.pk).exists() and first.path.is_file()
+
+    services.cancel(job.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        imports.remove_upload(first)
+
+    assert not ExperienceUpload.objects.filter(pk=first.pk).exists()
+    assert not directory.exists()
+    assert launch(project, include_uploads=True).train_uploads == [second.pk]
