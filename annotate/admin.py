@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
+from annotate import imports
 from annotate.models import (
     Adjudication,
     AdjudicationRevision,
@@ -119,10 +120,28 @@ class ExportAdmin(admin.ModelAdmin):
 
 @admin.register(ExperienceUpload)
 class ExperienceUploadAdmin(admin.ModelAdmin):
+    """Deleting goes through `imports.remove_upload`, as the project page's Remove does: the file goes too, and
+    an upload a waiting or running training job froze cannot be deleted."""
+
     list_display = ["id", "project", "original_name", "state", "size", "uploaded_by", "created_at"]
     list_filter = ["state"]
     raw_id_fields = ["project", "uploaded_by"]
     readonly_fields = ["summary", "reason", "checked_at"]
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        if obj is not None and imports.unfinished_jobs_with(obj):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_model(self, request, obj) -> None:
+        imports.remove_upload(obj)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for upload in queryset:
+            try:
+                imports.remove_upload(upload)
+            except imports.UploadInUse as exc:
+                self.message_user(request, str(exc), messages.ERROR)
 
 
 class AdjudicationRevisionInline(admin.TabularInline):

@@ -183,7 +183,7 @@ def remove_upload(upload: ExperienceUpload) -> None:
     Refused (`UploadInUse`) while a training job that froze it waits or runs: that job copies the file when it
     starts. A finished job keeps its own copy; a cancelled one resumed later fails, saying the upload is gone.
     """
-    waiting = _unfinished_jobs_with(upload)
+    waiting = unfinished_jobs_with(upload)
     if waiting:
         jobs = ", ".join(str(pk) for pk in waiting)
         raise UploadInUse(f"Experience upload {upload.pk} is part of training job {jobs}, which has not finished: "
@@ -194,7 +194,7 @@ def remove_upload(upload: ExperienceUpload) -> None:
         transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))
 
 
-def _unfinished_jobs_with(upload: ExperienceUpload) -> list[int]:
+def unfinished_jobs_with(upload: ExperienceUpload) -> list[int]:
     """Ids of the project's waiting or running training jobs that froze `upload` (none without the jobs app)."""
     if not apps.is_installed("trainingjobs"):
         return []
