@@ -181,7 +181,8 @@ def remove_upload(upload: ExperienceUpload) -> None:
     """Remove an experience upload, its file with it, so later training jobs no longer include it.
 
     Refused (`UploadInUse`) while a training job that froze it waits or runs: that job copies the file when it
-    starts. A finished job keeps its own copy; a cancelled one resumed later fails, saying the upload is gone.
+    starts. A job that has started has its own copy; one cancelled before it started and resumed later fails,
+    saying the upload is gone. (A job launched between the check and the delete fails the same way.)
     """
     waiting = unfinished_jobs_with(upload)
     if waiting:
