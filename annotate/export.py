@@ -377,7 +377,7 @@ class _Captures:
         return finished
 
     def _send(self, part: tuple) -> None:
-        future = self.pool.submit(_capture_part, None, *part)
+        future = self.pool.submit(_capture_in_worker, *part)
         self.pending.append((future, len(part[1]), part[-1].name))
 
     def _oldest(self) -> int:
@@ -443,8 +443,13 @@ def _exit_with_parent(parent: int) -> None:
 
 def _capture_part(trainer, mode: str, inputs: list, targets: list, sources: list[str], saving: Path,
                   final: Path) -> None:
-    tooling.capture_experience(trainer or _worker_trainer, mode, inputs, targets, sources, saving)
+    tooling.capture_experience(trainer, mode, inputs, targets, sources, saving)
     saving.replace(final)
+
+
+def _capture_in_worker(*part) -> None:
+    """`_capture_part` in a forked worker, with the trainer it inherited."""
+    _capture_part(_worker_trainer, *part)
 
 
 def _minibatches(entries: Iterator[tuple], size: int) -> Iterator[list[tuple]]:

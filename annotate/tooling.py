@@ -62,42 +62,29 @@ def to_json(value: Any, *, nul: str | None = None) -> Any:
         raise ValueError(f"not strict JSON data: {exc}") from exc
     data = json.loads(text)
     if "\\u0000" in text:  # every NUL is written as this escape; a literal backslash-u0000 in text matches too
-        if nul is not None:
-            return _replace_nul(data, nul)
-        where = _nul_at(data)
-        if where is not None:
-            raise ValueError(f"{where or 'the value'}: contains a NUL character (\\u0000), which cannot be stored")
+        data = _without_nul(data, nul)
     return data
 
 
-def _replace_nul(data: Any, by: str) -> Any:
+def _without_nul(data: Any, by: str | None, where: str = "") -> Any:
+    """`data` with every NUL character in its strings and keys replaced `by`; `ValueError` naming the path of the
+    first one when `by` is None."""
+    def fix(text: str, path: str) -> str:
+        if "\x00" not in text:
+            return text
+        if by is None:
+            shown = path.replace("\x00", "\\u0000") or "the value"
+            raise ValueError(f"{shown}: contains a NUL character (\\u0000), which cannot be stored")
+        return text.replace("\x00", by)
+
     if isinstance(data, str):
-        return data.replace("\x00", by)
+        return fix(data, where)
     if isinstance(data, list):
-        return [_replace_nul(value, by) for value in data]
+        return [_without_nul(value, by, f"{where}[{index}]") for index, value in enumerate(data)]
     if isinstance(data, dict):
-        return {key.replace("\x00", by): _replace_nul(value, by) for key, value in data.items()}
+        paths = {key: f"{where}.{key}" if where else str(key) for key in data}
+        return {fix(key, paths[key]): _without_nul(value, by, paths[key]) for key, value in data.items()}
     return data
-
-
-def _nul_at(data: Any, where: str = "") -> str | None:
-    """The path of the first string (or key) in `data` holding a NUL character, None if none does."""
-    if isinstance(data, str):
-        return where if "\x00" in data else None
-    if isinstance(data, dict):
-        for key, value in data.items():
-            path = f"{where}.{key}" if where else str(key)
-            if "\x00" in key:
-                return path.replace("\x00", "\\u0000")
-            found = _nul_at(value, path)
-            if found is not None:
-                return found
-    if isinstance(data, list):
-        for index, value in enumerate(data):
-            found = _nul_at(value, f"{where}[{index}]")
-            if found is not None:
-                return found
-    return None
 
 
 # -- worker side: models, predictions, traces ------------------------------------------------------------------
