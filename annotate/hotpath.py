@@ -223,6 +223,23 @@ def project_for_member(user, slug: str) -> Project | None:
 
 
 # -- claiming ----------------------------------------------------------------------------------------------------
+def claims_in_database() -> bool:
+    """Whether the claim runs as the database function `annotate_claim_next` (migration 0005): on PostgreSQL."""
+    return connections[DEFAULT_DB_ALIAS].vendor == "postgresql"
+
+
+def claim_next_in_database(project, user, status: str, now, expires, attempts: int) -> int | None:
+    """`queue.claim_next_id` in one round trip: the function takes the steps of `queue._claim_next_in_python`
+    (held claim first, then the first free item in queue order, recounted once locked) and returns the claimed
+    item's id, None when nothing is left."""
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute(
+            "SELECT annotate_claim_next(%s, %s, %s, %s, %s, %s, %s, %s)",
+            [project.pk, user.pk, status, _final_kinds(), project.overlap, now, expires, attempts],
+        )
+        return cursor.fetchone()[0]
+
+
 _CLAIMED_PARTS = (_ITEM, _PREDICTION, _PREDICTED_BY)
 
 
@@ -306,8 +323,9 @@ def _candidate_sql(connection, overlap_one: bool, rejected: int):
     q = connection.ops.quote_name
     columns, joins = _claimed_columns(q)
     claims = f"SELECT {{}} FROM {_table(Claim, q)} c WHERE c.{q('item_id')} = i.{q('id')} AND c.{q('expires_at')} > %s"
-    if overlap_one:
-        free = f"NOT EXISTS ({claims.format('1')})"
+    if overlap_one:  # one hashed set of the claimed items, not a probe per item the scan passes over
+        free = (f"i.{q('id')} NOT IN (SELECT c.{q('item_id')} FROM {_table(Claim, q)} c "
+                f"WHERE c.{q('expires_at')} > %s)")
     else:
         free = f"({claims.format('COUNT(*)')}) < %s - i.{q('final_answers')}"
     excluded = f" AND i.{q('id')} NOT IN ({', '.join(['%s'] * rejected)})" if rejected else ""
@@ -335,8 +353,9 @@ def next_candidate(project, user, status: str, now, rejected: list[int]) -> Item
     items another transaction holds. The free-slot test ran before the lock: count again (`free_slots`)::
 
         items = Item.objects.filter(project=project, status=status).exclude(Exists(<user's final answers>))
-        active = Claim.objects.filter(item=OuterRef("pk"), expires_at__gt=now)
-        items = items.exclude(Exists(active))  # overlap 1; else: Count(active) < overlap - F("final_answers")
+        active = Claim.objects.filter(expires_at__gt=now)
+        items = items.exclude(pk__in=active.values("item"))  # overlap 1
+        # else: Count(active.filter(item=OuterRef("pk"))) < overlap - F("final_answers")
         items.exclude(pk__in=rejected).in_queue_order().select_for_update(skip_locked=True, of=("self",))
             .select_related("prediction", "prediction__model_version").defer("prediction__trace").first()
     """

@@ -53,15 +53,36 @@ class Outcome:
 
 
 def claim_next(project: Project, user, *, now=None) -> Item | None:
-    """Claim the next item for `user`: least confident prediction first, then oldest; None when none is left.
+    """Claim the next item for `user` (`claim_next_id`) and return it with its prediction; None when none is left."""
+    item_id = claim_next_id(project, user, now=now)
+    if item_id is None:
+        return None
+    item = Item.objects.select_related("prediction", "prediction__model_version").defer("prediction__trace").get(
+        pk=item_id)
+    item.project = project
+    return item
+
+
+def claim_next_id(project: Project, user, *, now=None) -> int | None:
+    """Claim the next item for `user`: least confident prediction first, then oldest; its id, None when none is left.
 
     A reviewer who already holds an active claim in the project gets that item back (with a renewed lease).
+    On PostgreSQL the whole claim is one call of a database function (`hotpath.claim_next_in_database`): the
+    review loop's hottest write, one round trip instead of seven. Elsewhere `_claim_next_in_python` takes the
+    same steps; the queue's tests run both.
     """
     _require_member(project, user)
     now = now or timezone.now()
     expires = now + timedelta(seconds=project.lease_seconds)
+    if hotpath.claims_in_database():
+        return hotpath.claim_next_in_database(project, user, ItemStatus.READY, now, expires, _MAX_ATTEMPTS)
+    item = _claim_next_in_python(project, user, now, expires)
+    return item.pk if item is not None else None
+
+
+def _claim_next_in_python(project: Project, user, now, expires) -> Item | None:
     with transaction.atomic():
-        # Fixed SQL (`annotate.hotpath`): this is the review loop's hottest write.
+        # Fixed SQL (`annotate.hotpath`), as in the database function (migration 0005).
         held = hotpath.held_item_id(project.pk, user, ItemStatus.READY, now)
         if held is not None:
             return _claim(hotpath.lock_item(held), user, expires, now)

@@ -114,11 +114,14 @@ def _after_answer(request: HttpRequest, project: Project, item: Item, outcome: q
 
 
 def _show_next(request: HttpRequest, project: Project) -> HttpResponse:
-    item = queue.claim_next(project, request.user)
-    if item is None:
+    item_id = queue.claim_next_id(project, request.user)
+    if item_id is None:
         return _queue_empty(request, project)
-    item.project = project
-    return _navigate(request, project, item)
+    if not request.htmx:
+        return redirect("item_detail", project.slug, item_id)
+    # Everything the workspace shows in one statement, as for the item page (the claim's own write returns an id).
+    project, item = access.member_item(request, project.slug, item_id)
+    return _navigate(request, project, item, read=(item.viewer_answer, item.viewer_latest_item_id))
 
 
 def _navigate(request: HttpRequest, project: Project, item: Item, **extra) -> HttpResponse:
