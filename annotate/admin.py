@@ -16,6 +16,7 @@ from annotate.models import (
     Export,
     Item,
     Membership,
+    ModelUpload,
     ModelVersion,
     Prediction,
     Project,
@@ -142,6 +143,19 @@ class ExperienceUploadAdmin(admin.ModelAdmin):
                 imports.remove_upload(upload)
             except imports.UploadInUse as exc:
                 self.message_user(request, str(exc), messages.ERROR)
+
+
+@admin.register(ModelUpload)
+class ModelUploadAdmin(admin.ModelAdmin):
+    """A record of each uploaded model and its check; uploads are made on the training page, never here."""
+
+    list_display = ["id", "project", "label", "state", "version", "size", "uploaded_by", "created_at"]
+    list_filter = ["state"]
+    raw_id_fields = ["project", "uploaded_by", "version"]
+    readonly_fields = ["state", "reason", "version", "size", "checked_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
 
 
 class AdjudicationRevisionInline(admin.TabularInline):

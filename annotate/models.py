@@ -544,6 +544,37 @@ class UploadState(models.TextChoices):
     REFUSED = "REFUSED", "Refused"
 
 
+class ModelUpload(models.Model):
+    """A tool saved with `save_pretrained` elsewhere (trained offline, say), uploaded to become a model version.
+
+    The two files are stored as `model-uploads/<id>/tool.json` and `model.safetensors`; a worker loads them
+    strictly against the project's tool and mode (`annotate.versions`), registers the version it finds, and
+    removes the upload's files either way. `version` is the version it became.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="model_uploads")
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    label = models.CharField(max_length=200, blank=True, help_text="The model version's name.")
+    size = models.PositiveBigIntegerField(default=0, help_text="Bytes of both files.")
+    state = models.CharField(max_length=16, choices=UploadState.choices, default=UploadState.PENDING)
+    reason = models.TextField(blank=True, help_text="Why the files were refused.")
+    version = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"model upload {self.pk} ({self.state})"
+
+    @property
+    def directory(self) -> Path:
+        return storage.artifact_dir("model-uploads", self.pk, create=False)
+
+
 class ExperienceUpload(models.Model):
     """An experience file traced by a user's own program, kept when it loads against the project's tool.
 

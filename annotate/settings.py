@@ -27,6 +27,7 @@ TC_ARTIFACT_DIR = Path(os.environ.get("TC_ARTIFACT_DIR", TC_DATA_DIR / "artifact
 # Size limits of item imports (JSONL upload, API body, import_items) and of uploaded experience files.
 TC_IMPORT_MAX_BYTES = int(os.environ.get("TC_IMPORT_MAX_BYTES", 64 * 1024 * 1024))
 TC_EXPERIENCE_MAX_BYTES = int(os.environ.get("TC_EXPERIENCE_MAX_BYTES", 32 * 1024 * 1024))
+TC_MODEL_MAX_BYTES = int(os.environ.get("TC_MODEL_MAX_BYTES", 512 * 1024 * 1024))  # an uploaded model's weights
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from django.conf import settings
 
-KINDS = ("models", "exports", "jobs", "uploads")
+KINDS = ("models", "exports", "jobs", "uploads", "model-uploads")
 
 
 def root() -> Path:
@@ -31,7 +32,7 @@ def relative_name(kind: str, pk: int) -> str:
 
 
 def artifact_dir(kind: str, pk: int, create: bool = True) -> Path:
-    """The directory for row `pk` of `kind` ("models" | "exports" | "jobs"); created when `create`."""
+    """The directory for row `pk` of `kind` (one of `KINDS`); created when `create`."""
     path = root() / relative_name(kind, pk)
     if create:
         path.mkdir(parents=True, exist_ok=True)
@@ -46,15 +47,24 @@ def resolve(name: str) -> Path:
     return root() / relative_name(kind, int(pk))
 
 
-def write_once(path: Path, data: bytes) -> Path:
-    """Publish `data` at `path` atomically (temporary file + `os.replace`); refuse to replace an existing file."""
+def write_once(path: Path, data: bytes | Iterable[bytes], max_bytes: int | None = None) -> Path:
+    """Publish `data` at `path` atomically (temporary file + `os.replace`); refuse to replace an existing file.
+
+    `data` may come in pieces (an uploaded file's chunks), never held whole. With `max_bytes`, `TooLarge` as
+    soon as it proves larger, and nothing is left behind.
+    """
     if path.exists():
         raise FileExistsError(f"artifact {path} already exists; artifacts are written once")
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as out:
-            out.write(data)
+            written = 0
+            for chunk in [data] if isinstance(data, bytes | bytearray) else data:
+                written += len(chunk)
+                if max_bytes is not None and written > max_bytes:
+                    raise TooLarge(f"{path.name}: larger than {max_bytes} bytes")
+                out.write(chunk)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
@@ -62,3 +72,7 @@ def write_once(path: Path, data: bytes) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+class TooLarge(ValueError):
+    """Data given to `write_once` proved larger than its `max_bytes`; nothing was written."""

@@ -105,6 +105,15 @@ def run_export(export_id: int) -> str:
 
 
 @shared_task(time_limit=600, soft_time_limit=570, **RETRY)
+def check_model_upload(upload_id: int) -> str:
+    """Load an uploaded `save_pretrained` tool against the project's tool and mode; register it as a version
+    (ACCEPTED) or record why not (REFUSED). Safe to run twice (`annotate.versions.check`)."""
+    from annotate import versions
+
+    return versions.check(upload_id)
+
+
+@shared_task(time_limit=600, soft_time_limit=570, **RETRY)
 def check_experience_upload(upload_id: int) -> str:
     """Load an uploaded experience file with the library's safe loader against the project's tool.
 

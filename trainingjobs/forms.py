@@ -65,3 +65,18 @@ class ContinueForm(forms.Form):
 
 def _counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+class ModelUploadForm(forms.Form):
+    """The two files `save_pretrained` writes, to become a model version of the project."""
+
+    manifest = forms.FileField(
+        label="tool.json", widget=forms.ClearableFileInput(attrs={"accept": ".json,application/json"}),
+    )
+    weights = forms.FileField(
+        label="model.safetensors", widget=forms.ClearableFileInput(attrs={"accept": ".safetensors"}),
+    )
+    label = forms.CharField(
+        max_length=200, required=False, label="Name",
+        help_text="A name for the version, e.g. where it was trained (default: the upload's number).",
+    )

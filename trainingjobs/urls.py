@@ -10,6 +10,8 @@ app_name = "trainingjobs"
 
 urlpatterns = [
     path("projects/<slug:slug>/", views.project_jobs, name="project_jobs"),
+    path("projects/<slug:slug>/versions/upload", views.version_upload, name="version_upload"),
+    path("projects/<slug:slug>/versions/uploads/<int:pk>", views.version_upload_status, name="version_upload_status"),
     path("<int:pk>/", views.job_detail, name="job"),
     path("<int:pk>/cancel", views.job_cancel, name="cancel"),
     path("<int:pk>/resume", views.job_resume, name="resume"),

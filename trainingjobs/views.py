@@ -1,4 +1,5 @@
-"""Pages of training jobs, for a project's admins (and staff): launch, watch, cancel, resume, continue, promote.
+"""Pages of training jobs, for a project's admins (and staff): launch, watch, cancel, resume, continue, promote,
+and upload a model trained elsewhere as a version.
 
 A job page polls its status fragment every second; once the job is final the fragment answers HTTP 286, which
 tells htmx to stop polling. The page's messages ("Job 4 queued.") sit outside that fragment, so a poll that finds
@@ -16,10 +17,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from annotate.models import ModelVersion
+from annotate import versions as version_uploads
+from annotate.models import ModelUpload, ModelVersion, UploadState
 from annotate.views.access import admin_project
 from trainingjobs import plot, services, snapshot
-from trainingjobs.forms import ContinueForm, LaunchForm
+from trainingjobs.forms import ContinueForm, LaunchForm, ModelUploadForm
 from trainingjobs.models import TrainingJob
 
 HTMX_STOP_POLLING = 286
@@ -55,6 +57,8 @@ def project_jobs(request, slug: str):
         "adjudicated": adjudicated,
         "jobs": project.training_jobs.select_related("base_version", "result_version")[:50],
         "versions": project.versions.all()[:50],
+        "model_uploads": project.model_uploads.select_related("version")[:10],
+        "model_upload_form": ModelUploadForm(),
     }
     template = "trainingjobs/_project_jobs.html" if request.htmx else "trainingjobs/project_jobs.html"
     return render(request, template, context, status=400 if form.errors else 200)
@@ -115,6 +119,40 @@ def version_promote(request, pk: int):
     if job_id and job_id.isdigit() and TrainingJob.objects.filter(pk=job_id, project=version.project).exists():
         return _redirect(request, "trainingjobs:job", int(job_id))
     return _redirect(request, "trainingjobs:project_jobs", version.project.slug)
+
+
+@login_required
+@require_POST
+def version_upload(request, slug: str):
+    """Keep a tool saved with `save_pretrained` elsewhere; a worker checks it and registers it as a version."""
+    project = admin_project(request, slug)
+    form = ModelUploadForm(request.POST, request.FILES)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            label = form.fields[field].label if field in form.fields else field
+            messages.error(request, f"{label}: {' '.join(errors)}")
+        return _redirect(request, "trainingjobs:project_jobs", project.slug)
+    try:
+        upload = version_uploads.upload_model(project, request.user, form.cleaned_data["manifest"],
+                                              form.cleaned_data["weights"], label=form.cleaned_data["label"])
+    except version_uploads.UploadRefused as exc:
+        messages.error(request, f"The model was not kept: {exc}")
+    else:
+        messages.success(request, f"Model upload {upload.pk} received; a worker is checking it against the "
+                                  f"project's tool.")
+    return _redirect(request, "trainingjobs:project_jobs", project.slug)
+
+
+@login_required
+@require_GET
+def version_upload_status(request, slug: str, pk: int):
+    """A model upload's check, as a fragment; HTTP 286 once it was accepted or refused."""
+    project = admin_project(request, slug)
+    upload = get_object_or_404(ModelUpload.objects.select_related("version"), pk=pk, project=project)
+    response = render(request, "trainingjobs/_model_upload.html", {"upload": upload, "project": project})
+    if upload.state != UploadState.PENDING:
+        response.status_code = HTMX_STOP_POLLING
+    return response
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------

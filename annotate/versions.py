@@ -1,0 +1,122 @@
+"""Model versions brought in from outside: the two files of a tool saved with `save_pretrained`, uploaded.
+
+This closes the offline loop: export experience files, train on them with the library anywhere, and bring the
+result back as a model version to compare and promote. The web process never imports torch, so it checks only
+what it reads cheaply (the sizes; that `tool.json` is a tool manifest naming the project's tool) and stores the
+files. A worker then loads them strictly against the project's tool and mode (`check`), as
+`manage.py register_model_version` does, and registers the version or records why not. The upload's own files
+are removed either way: an accepted tool is saved afresh into its version's directory.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from annotate import storage
+from annotate.imports import ImportRejected, loads, read_limited
+from annotate.models import ModelUpload, Project, UploadState
+
+MANIFEST = "tool.json"
+WEIGHTS = "model.safetensors"
+MAX_MANIFEST_BYTES = 1024 * 1024  # the library's own limit for tool.json (`tensorcode.tools`)
+
+
+class UploadRefused(ValueError):
+    """The files were not kept; the message says which file and why."""
+
+
+def max_model_bytes() -> int:
+    """The weights file's upload limit in bytes (`TC_MODEL_MAX_BYTES`, default 512 MiB)."""
+    return int(getattr(settings, "TC_MODEL_MAX_BYTES", 512 * 1024 * 1024))
+
+
+def upload_model(project: Project, user, manifest, weights, *, label: str = "") -> ModelUpload:
+    """Store an uploaded `tool.json` and `model.safetensors` and queue their check by a worker.
+
+    `manifest` and `weights` are uploaded files (anything with `chunks()` and `size`). `UploadRefused`, with
+    nothing stored, for a manifest that is not a tool manifest of the project's tool or weights over the limit.
+    """
+    from annotate import tasks
+
+    manifest_data = _manifest(project, manifest)
+    limit = max_model_bytes()
+    if weights.size > limit:
+        raise UploadRefused(f"{WEIGHTS}: {_mib(weights.size)}, larger than the limit of {_mib(limit)} "
+                            "(TC_MODEL_MAX_BYTES)")
+    with transaction.atomic():
+        upload = ModelUpload.objects.create(
+            project=project, uploaded_by=user if getattr(user, "pk", None) else None,
+            label=str(label).replace("\x00", "").strip()[:200], size=len(manifest_data) + weights.size,
+        )
+        directory = storage.artifact_dir("model-uploads", upload.pk)
+        try:
+            storage.write_once(directory / MANIFEST, manifest_data)
+            storage.write_once(directory / WEIGHTS, weights.chunks(), max_bytes=limit)
+        except storage.TooLarge as exc:  # the declared size was not the real one
+            shutil.rmtree(directory, ignore_errors=True)
+            raise UploadRefused(f"{WEIGHTS}: larger than the limit of {_mib(limit)} (TC_MODEL_MAX_BYTES)") from exc
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        tasks.check_model_upload.delay_on_commit(upload.pk)
+    return upload
+
+
+def check(upload_id: int) -> str:
+    """Load a pending upload against its project's tool (worker only: imports torch) and record the outcome.
+
+    ACCEPTED with the new version, or REFUSED with the reason. Safe to run twice: the row is locked while it is
+    checked, and a checked upload is left alone.
+    """
+    from annotate import tooling
+
+    with transaction.atomic():
+        upload = (ModelUpload.objects.select_for_update(of=("self",)).select_related("project")
+                  .filter(pk=upload_id).first())
+        if upload is None or upload.state != UploadState.PENDING:
+            return upload.state if upload else "missing"
+        directory = upload.directory
+        try:
+            upload.version = tooling.register_version(
+                upload.project, directory, label=upload.label or f"uploaded model {upload.pk}", trained=True
+            )
+        except (ValueError, OSError) as exc:  # the library's ToolError is a ValueError
+            upload.state, upload.reason = UploadState.REFUSED, _readable(exc, directory)[:2000]
+        else:
+            upload.state = UploadState.ACCEPTED
+        upload.checked_at = timezone.now()
+        upload.save(update_fields=["state", "reason", "version", "checked_at"])
+    shutil.rmtree(directory, ignore_errors=True)
+    return upload.state
+
+
+def _manifest(project: Project, manifest) -> bytes:
+    """The manifest's bytes, checked enough to refuse the wrong file at once (the worker checks all of it)."""
+    try:
+        data = read_limited(manifest, MAX_MANIFEST_BYTES)
+    except ImportRejected as exc:
+        raise UploadRefused(f"{MANIFEST}: larger than {_mib(MAX_MANIFEST_BYTES)}; is it the right file?") from exc
+    try:
+        document = loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UploadRefused(f"{MANIFEST}: not JSON ({exc})") from exc
+    if not isinstance(document, dict) or document.get("format") != "tensorcode-tool":
+        raise UploadRefused(f"{MANIFEST}: not a tool manifest (expected the tool.json that save_pretrained "
+                            "writes, with \"format\": \"tensorcode-tool\")")
+    if document.get("tool") != project.tool:
+        raise UploadRefused(f"{MANIFEST}: a {document.get('tool')!r} tool, but this project uses {project.tool!r}")
+    return data
+
+
+def _readable(exc: Exception, directory: Path) -> str:
+    """The library's message without the server's paths: "tool.json: ..." rather than "/srv/.../tool.json: ..."."""
+    return str(exc).replace(f"{directory}/", "").replace(str(directory), "the uploaded files")
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
