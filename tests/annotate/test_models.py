@@ -95,3 +95,12 @@ def test_write_once_refuses_to_replace(tmp_path) -> None:
         storage.write_once(path, b"[]")
     assert path.read_bytes() == b"{}"
     assert [p.name for p in path.parent.iterdir()] == ["manifest.json"]
+
+
+def test_write_once_takes_chunks_and_stops_at_its_limit(tmp_path) -> None:
+    path = storage.write_once(tmp_path / "model" / "weights", iter([b"ab", b"cd"]), max_bytes=4)
+    assert path.read_bytes() == b"abcd"
+
+    with pytest.raises(storage.TooLarge):
+        storage.write_once(path.parent / "big", iter([b"ab", b"cd", b"e"]), max_bytes=4)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["weights"]  # no partial file, no temporary
