@@ -182,15 +182,19 @@ def remove_upload(upload: ExperienceUpload) -> None:
 
     Refused (`UploadInUse`) while a training job that froze it waits or runs: that job copies the file when it
     starts. A job that has started has its own copy; one cancelled before it started and resumed later fails,
-    saying the upload is gone. (A job launched between the check and the delete fails the same way.)
+    saying the upload is gone. The row is locked before the check, as a launch locks the uploads it freezes
+    (`trainingjobs.snapshot.select_uploads`): a launch under way either finishes first and is seen here, or
+    starts after and no longer finds the upload.
     """
-    waiting = unfinished_jobs_with(upload)
-    if waiting:
-        jobs = ", ".join(str(pk) for pk in waiting)
-        raise UploadInUse(f"Experience upload {upload.pk} is part of training job {jobs}, which has not finished: "
-                          "cancel the job or let it finish, then remove the upload.")
     directory = storage.artifact_dir("uploads", upload.pk, create=False)
     with transaction.atomic():
+        if not list(ExperienceUpload.objects.select_for_update().filter(pk=upload.pk).values_list("pk")):
+            return  # removed meanwhile
+        waiting = unfinished_jobs_with(upload)
+        if waiting:
+            jobs = ", ".join(str(pk) for pk in waiting)
+            raise UploadInUse(f"Experience upload {upload.pk} is part of training job {jobs}, which has not "
+                              "finished: cancel the job or let it finish, then remove the upload.")
         ExperienceUpload.objects.filter(pk=upload.pk).delete()
         transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))
 

@@ -108,8 +108,12 @@ def count_uploads(project) -> tuple[int, int]:
 
 
 def select_uploads(project) -> dict:
-    """The job's frozen upload fields (`train_uploads`, `upload_records`) for the accepted uploads now."""
-    rows = list(accepted_uploads(project).values_list("pk", "summary"))
+    """The job's frozen upload fields (`train_uploads`, `upload_records`) for the accepted uploads now.
+
+    The rows stay locked until the launch commits: a removal (`imports.remove_upload`) locks its row before it
+    looks for jobs that froze it, so it either sees this job or is done before the launch reads the rows.
+    """
+    rows = list(accepted_uploads(project).select_for_update().values_list("pk", "summary"))
     return {"train_uploads": [pk for pk, _ in rows], "upload_records": sum(_supervisions(s) for _, s in rows)}
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
@@ -172,3 +174,58 @@ def test_django_admin_deletes_an_upload_as_the_project_page_removes_it(
         assert client.post(url, {"post": "yes"}).status_code == 302
 
     assert not ExperienceUpload.objects.filter(pk=first.pk).exists() and not first.path.parent.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_removal_during_a_launch_waits_for_it_and_then_names_its_job(project, uploads, monkeypatch) -> None:
+    """The launch locks the uploads it freezes until it commits; a removal locks its row before looking for jobs,
+    so it waits, then sees the new job and refuses. Without the locks it would delete a file the job needs."""
+    from django.db import connection, connections
+
+    from annotate import imports
+
+    frozen, go_on = threading.Event(), threading.Event()
+    select_uploads = snapshot.select_uploads
+
+    def select_and_hold(project):
+        result = select_uploads(project)
+        frozen.set()
+        go_on.wait(timeout=60)
+        return result
+
+    monkeypatch.setattr(snapshot, "select_uploads", select_and_hold)
+    outcome: dict = {}
+
+    def in_thread(name, work):
+        try:
+            outcome[name] = work()
+        except Exception as exc:  # noqa: BLE001 - the assertion below says what was expected
+            outcome[name] = exc
+        finally:
+            connections.close_all()
+
+    launcher = threading.Thread(target=in_thread, args=("job", lambda: launch(
+        project, include_uploads=True, enqueue=False)))
+    launcher.start()
+    assert frozen.wait(timeout=60)
+    remover = threading.Thread(target=in_thread, args=("removal", lambda: imports.remove_upload(uploads[0])))
+    remover.start()
+    deadline = time.monotonic() + 60
+    with connection.cursor() as cursor:  # wait until the removal is blocked on the launch's lock
+        while True:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND wait_event_type = 'Lock'")
+            if cursor.fetchone()[0] or not remover.is_alive() or time.monotonic() > deadline:
+                break
+            go_on.wait(timeout=0.01)
+    assert remover.is_alive()
+    go_on.set()
+    launcher.join(timeout=60)
+    remover.join(timeout=60)
+
+    job = outcome["job"]
+    assert isinstance(job, TrainingJob) and job.train_uploads == [row.pk for row in uploads]
+    assert isinstance(outcome["removal"], imports.UploadInUse), outcome["removal"]
+    assert f"part of training job {job.pk}" in str(outcome["removal"])
+    assert ExperienceUpload.objects.filter(pk=uploads[0].pk).exists() and uploads[0].path.is_file()
