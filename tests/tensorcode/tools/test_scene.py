@@ -396,7 +396,9 @@ def test_attention_lands_on_the_shape_after_training_for_every_seed():
 def test_language_mode_reproduces_reviewed_descriptions_exactly(tmp_path):
     pairs = _described_pairs(8)
     tool = Scene(mode="language")
-    trainer = training.Trainer.from_tool(tool, optimizer=lambda p: torch.optim.Adam(p, lr=2e-2))
+    # At 2e-2 Adam oscillates near the end (the loss went 0.006 -> 0.05 -> 0.02), so whether all eight came out
+    # exact depended on the CPU's float kernels; at 1e-2 the loss falls steadily to ~0.007 on 1 and 2 threads.
+    trainer = training.Trainer.from_tool(tool, optimizer=lambda p: torch.optim.Adam(p, lr=1e-2))
     experience = trainer.capture(
         [x for x, _ in pairs], [y for _, y in pairs], source=[f"review:{i}" for i in range(len(pairs))]
     )
