@@ -180,7 +180,12 @@ def read_weights(directory: Path, expected: dict[str, tuple[str, tuple[int, ...]
             raise ToolError(
                 f"{path}: header length {length} is larger than the file or the {MAX_HEADER_BYTES}-byte limit"
             )
-        header = _header(parse_json(handle.read(length), path), path)
+        try:
+            document = parse_json(handle.read(length), path)
+        except ToolError as exc:  # the first thing read: most likely some other file under this name
+            detail = str(exc).removeprefix(f"{path}: ")
+            raise ToolError(f"{path}: not a safetensors file (its header: {detail})") from exc
+        header = _header(document, path)
         missing = sorted(set(expected) - set(header))
         unexpected = sorted(set(header) - set(expected))
         if missing or unexpected:

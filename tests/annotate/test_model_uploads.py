@@ -147,8 +147,8 @@ def test_weights_that_lie_about_their_size_leave_nothing_behind(project, project
 @pytest.mark.parametrize(
     ("weights_of", "reason"),
     [
-        (None, "model.safetensors"),  # not a safetensors file at all
-        ({"dim": 16, "buckets": 64}, "model.safetensors"),  # the weights of a larger model than tool.json says
+        (None, "model.safetensors: not a safetensors file"),  # some other file under that name
+        ({"dim": 16, "buckets": 64}, "model.safetensors: ranker."),  # a larger model's weights than tool.json says
     ],
 )
 def test_files_the_library_would_not_load_are_refused_with_the_reason(project, project_admin, tmp_path, weights_of,

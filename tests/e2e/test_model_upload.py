@@ -47,7 +47,7 @@ def test_admin_uploads_a_model_promotes_it_and_sees_bad_files_refused(page, arti
     _upload(page, saved, weights=broken, label="broken")
     row = page.locator(".upload-status").first
     row.get_by_text("Refused").wait_for()
-    assert "model.safetensors: not valid JSON" in row.inner_text()
+    assert "model.safetensors: not a safetensors file (its header: not valid JSON" in row.inner_text()
 
     other = tmp_path / "bot"
     tooling.create_tool("chatbot", "reply", {}).save_pretrained(other)

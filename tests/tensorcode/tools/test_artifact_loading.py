@@ -136,6 +136,11 @@ def test_non_finite_weights_are_refused(saved, value):
     _refused(saved, f"{key} holds NaN or infinite values")
 
 
+def test_weights_that_are_not_a_safetensors_file_say_so(saved):
+    (saved / "model.safetensors").write_bytes(b"\x00" * 64)  # an 8-byte length of 0, then no header
+    _refused(saved, r"model.safetensors: not a safetensors file \(its header: not valid JSON: Expecting value")
+
+
 def test_a_header_longer_than_the_file_is_refused(saved):
     data = (saved / "model.safetensors").read_bytes()
     (saved / "model.safetensors").write_bytes(struct.pack("<Q", 1 << 40) + data[8:])
