@@ -236,7 +236,6 @@ def _claim(item: Item, user, expires, now) -> Item:
     hotpath.claim(item, user, expires, now)  # one upsert and the mirror, no update_or_create: the hot path
     item.claimed_by = user
     item.claim_expires_at = expires
-    item.viewer_claim_expires = expires  # the claim just made, for the item page (`access.project_item`)
     return item
 
 

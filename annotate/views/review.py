@@ -166,7 +166,7 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
     user = request.user
     now = timezone.now()
     answer, previous_pk = queue.answer_and_previous(project, user, item, read=read)
-    if hasattr(item, "viewer_claim_expires"):  # read with the item (item page) or just made (claim-next)
+    if hasattr(item, "viewer_claim_expires"):  # read with the item (item page, claim-next)
         claim_expires = item.viewer_claim_expires
     else:
         claim = Claim.objects.filter(item=item, reviewer=user, expires_at__gt=now).first()
