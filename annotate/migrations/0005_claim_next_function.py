@@ -42,9 +42,7 @@ BEGIN
                  WHERE i.project_id = p_project AND i.status = p_ready
                    AND NOT EXISTS (SELECT 1 FROM annotate_answer a WHERE a.item_id = i.id AND a.reviewer_id = p_reviewer
                                    AND a.kind = ANY (p_final))
-                   -- One hashed set of the claimed items, not a probe per item passed over: abandoned claims
-                   -- (held until their lease ends) cost the scan nothing.
-                   AND i.id NOT IN (SELECT c.item_id FROM annotate_claim c WHERE c.expires_at > p_now)
+                   AND NOT EXISTS (SELECT 1 FROM annotate_claim c WHERE c.item_id = i.id AND c.expires_at > p_now)
                    AND i.id <> ALL (v_rejected)
                  ORDER BY i.confidence ASC NULLS LAST, i.created_at, i.id LIMIT 1
                    FOR UPDATE OF i SKIP LOCKED;
