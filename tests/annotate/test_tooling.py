@@ -161,6 +161,26 @@ def test_web_process_checks_inputs_and_targets_without_torch() -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize(("environment", "threads"), [({}, 1), ({"OMP_NUM_THREADS": "2"}, 2)])
+def test_a_worker_process_runs_torch_on_one_thread_unless_told_otherwise(environment, threads) -> None:
+    """Settings load before any task imports torch, so torch starts with OMP_NUM_THREADS threads, 1 by default."""
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    script = ("import os, django; os.environ['DJANGO_SETTINGS_MODULE'] = 'annotate.settings'; django.setup()\n"
+              "from annotate import tasks\n"
+              "import torch; print(torch.get_num_threads())\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=settings.BASE_DIR, capture_output=True, text=True,
+                          timeout=120, env={**env, **environment})
+
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) == threads
+
+
 def test_readme_import_examples_are_valid_inputs() -> None:
     """Every example line of README's import formats table passes its tool's input check."""
     import re
