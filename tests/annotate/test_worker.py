@@ -19,11 +19,11 @@ from celery import Celery
 from django.conf import settings
 from django.db import connection, connections
 
-from annotate import celery_app, imports, queue, tooling
+from annotate import celery_app, imports, queue, tooling, versions
 from annotate import export as exports
 from annotate import tasks as annotate_tasks
 from annotate.management.commands.demo import worker_command
-from annotate.models import Claim, ExportState, Item, ItemStatus
+from annotate.models import Claim, ExportState, Item, ItemStatus, ModelUpload, UploadState
 from tensorcode import training
 
 REDIS_URL = os.environ.get("TC_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -49,7 +49,7 @@ def backend_redis_worker(tmp_path: Path, monkeypatch, request):
         CELERY_BROKER_URL=REDIS_URL, CELERY_RESULT_BACKEND=REDIS_URL, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
     )
     client = Celery("client", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
-    for name in ("predict_items", "run_export"):
+    for name in ("predict_items", "run_export", "check_model_upload"):
         # The task object of the project's app itself, not the `shared_task` proxy: a proxy resolves to the
         # current app of the thread that reads it, and the live server's thread may see another one.
         monkeypatch.setattr(celery_app.tasks[getattr(annotate_tasks, name).name], "delay",
@@ -86,6 +86,25 @@ def test_imported_items_are_predicted_by_a_real_worker(project, backend_redis_wo
     assert item.status == ItemStatus.READY
     assert item.prediction.trace["operations"][0]["type"] == "Decision"
     assert item.confidence == item.prediction.confidence
+
+
+@pytest.mark.redis
+def test_an_uploaded_model_is_checked_and_registered_by_a_real_worker(project, project_admin, backend_redis_worker,
+                                                                       wait_until, tmp_path) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    tooling.create_tool("decision", "rank", project.configuration).save_pretrained(tmp_path / "mine")
+    files = [SimpleUploadedFile(name, (tmp_path / "mine" / name).read_bytes())
+             for name in ("tool.json", "model.safetensors")]
+
+    upload = versions.upload_model(project, project_admin, *files, label="trained offline")
+
+    wait_until(lambda: ModelUpload.objects.get(pk=upload.pk).state != UploadState.PENDING, timeout=180,
+               what="the worker to check the upload")
+    upload.refresh_from_db()
+    assert upload.state == UploadState.ACCEPTED, upload.reason
+    assert upload.version.label == "trained offline" and upload.version.is_materialized
+    assert not upload.directory.exists()
 
 
 def _export_on_the_worker(project, reviewer, ready_items, project_admin, wait_until, minibatch_size: int):
