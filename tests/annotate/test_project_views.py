@@ -315,3 +315,17 @@ def test_removing_a_reviewer_who_holds_a_claim_says_so_and_frees_the_item(client
     response = client.post(reverse("item_submit", args=[project.slug, item.pk]), {"choice": "db"}, **HX)
     assert response.status_code == 404
     assert not Answer.objects.filter(reviewer=reviewer).exists()
+
+
+@pytest.mark.django_db
+def test_counts_at_team_scale_are_grouped_by_thousands(client, project, project_admin) -> None:
+    Item.objects.bulk_create(Item(project=project, inputs=DECISION_INPUT) for _ in range(1234))
+    client.force_login(project_admin)
+
+    home = client.get(reverse("home")).content.decode()
+    page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
+    progress = client.get(reverse("project_progress", args=[project.slug])).content.decode()
+
+    assert "0 of 1,234 items finished" in home
+    assert "<strong>1,234</strong>" in page and "<strong>1,234</strong>" in progress
+    assert 'max="1234"' in page  # numbers a browser reads stay plain
