@@ -144,3 +144,34 @@ def test_demo_data_is_valid_input_and_target_for_its_tool(tool: str, mode: str) 
 
     for inputs, target in demo_data.examples(tool, mode, 12):
         tooling.validate_target(tool, mode, tooling.validate_inputs(tool, mode, inputs), target)
+
+
+def test_stopping_the_demo_worker_also_stops_what_it_left_running(wait_until) -> None:
+    """The demo's worker runs in its own process group: when it does not stop in time (a task under way), the
+    whole group is killed, its children too, so nothing outlives the demo or holds its terminal."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from annotate.management.commands.demo import _stop
+
+    stubborn = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+                "print(child.pid, flush=True); time.sleep(600)")
+    worker = subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    child = int(worker.stdout.readline())
+
+    _stop(worker, grace=0.5)
+
+    assert worker.returncode == -signal.SIGKILL
+
+    def gone() -> bool:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_until(gone, timeout=30, what="the worker's child to be gone")

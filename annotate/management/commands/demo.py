@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -69,7 +71,9 @@ class Command(BaseCommand):
         )
 
         # --beat adds the scheduler that re-queues jobs whose worker died: one process is the demo's back end.
-        worker = subprocess.Popen([*worker_command(), "--beat"], cwd=settings.BASE_DIR)
+        # Its own process group, so stopping it also stops what it started (its beat process, an export's capture
+        # processes) even when it has to be killed in the middle of a task.
+        worker = subprocess.Popen([*worker_command(), "--beat"], cwd=settings.BASE_DIR, start_new_session=True)
         self.stdout.write(f"Celery worker started (pid {worker.pid})")
         self.stdout.flush()
         # runserver stops on Ctrl-C (KeyboardInterrupt); let SIGTERM do so too, so `finally` stops the worker.
@@ -104,10 +108,16 @@ def _ensure_port_free(host: str, port: int) -> None:
             raise CommandError(f"Cannot serve on {host}:{port}: {exc.strerror}.") from exc
 
 
-def _stop(worker: subprocess.Popen) -> None:
-    worker.terminate()
-    try:
-        worker.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait()
+def _stop(worker: subprocess.Popen, grace: float = 15) -> None:
+    """Ask the worker's process group to stop (a task under way may finish), then kill what is left after `grace`
+    seconds. A training job killed this way resumes from its checkpoint on the next start."""
+    _signal_group(worker, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        worker.wait(timeout=grace)
+    _signal_group(worker, signal.SIGKILL)  # also whatever the worker started and left behind
+    worker.wait()
+
+
+def _signal_group(worker: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(worker.pid, signum)
