@@ -156,9 +156,9 @@ def test_stopping_the_demo_worker_also_stops_what_it_left_running(wait_until) ->
 
     from annotate.management.commands.demo import _stop
 
-    stubborn = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-                "print(child.pid, flush=True); time.sleep(600)")
+    stubborn = ("import signal, subprocess, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "child = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()']); "
+                "print(child.pid, flush=True); signal.pause()")  # a worker deaf to SIGTERM, with a child
     worker = subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
     child = int(worker.stdout.readline())
