@@ -544,7 +544,24 @@ class UploadState(models.TextChoices):
     REFUSED = "REFUSED", "Refused"
 
 
-class ModelUpload(models.Model):
+class Upload(models.Model):
+    """What every upload a worker checks records: who sent it, its size, and the check's outcome."""
+
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    size = models.PositiveBigIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=UploadState.choices, default=UploadState.PENDING)
+    reason = models.TextField(blank=True, help_text="Why the file was refused.")
+    created_at = models.DateTimeField(default=timezone.now)
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at", "-id"]
+
+
+class ModelUpload(Upload):
     """A tool saved with `save_pretrained` elsewhere (trained offline, say), uploaded to become a model version.
 
     The two files are stored as `model-uploads/<id>/tool.json` and `model.safetensors`; a worker loads them
@@ -553,19 +570,10 @@ class ModelUpload(models.Model):
     """
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="model_uploads")
-    uploaded_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
     label = models.CharField(max_length=200, blank=True, help_text="The model version's name.")
     size = models.PositiveBigIntegerField(default=0, help_text="Bytes of both files.")
-    state = models.CharField(max_length=16, choices=UploadState.choices, default=UploadState.PENDING)
     reason = models.TextField(blank=True, help_text="Why the files were refused.")
     version = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(default=timezone.now)
-    checked_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return f"model upload {self.pk} ({self.state})"
@@ -575,7 +583,7 @@ class ModelUpload(models.Model):
         return storage.artifact_dir("model-uploads", self.pk, create=False)
 
 
-class ExperienceUpload(models.Model):
+class ExperienceUpload(Upload):
     """An experience file traced by a user's own program, kept when it loads against the project's tool.
 
     The file is stored as `uploads/<id>/experience.json`; a worker checks it with the library's safe loader and
@@ -585,19 +593,8 @@ class ExperienceUpload(models.Model):
     FILE_NAME = "experience.json"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="experience_uploads")
-    uploaded_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
     original_name = models.CharField(max_length=255, blank=True, help_text="As uploaded; shown, never used as a path.")
-    size = models.PositiveBigIntegerField(default=0)
-    state = models.CharField(max_length=16, choices=UploadState.choices, default=UploadState.PENDING)
-    reason = models.TextField(blank=True, help_text="Why the file was refused.")
     summary = models.JSONField(default=dict, blank=True, help_text="Calls, supervision records and sources.")
-    created_at = models.DateTimeField(default=timezone.now)
-    checked_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return f"experience upload {self.pk} ({self.state})"
