@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -19,9 +22,6 @@ import pytest
 POLL_SECONDS = 0.05
 REDIS_URL = os.environ.get("TC_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CHROMIUM = os.environ.get("TC_CHROMIUM", "/usr/bin/chromium")
-
-_skipped: dict[str, int] = {}
-
 
 def _redis_answers() -> bool:
     parts = urlsplit(REDIS_URL)
@@ -56,15 +56,26 @@ def pytest_collection_modifyitems(config, items) -> None:
         if "redis" in missing and any("redis" in name for name in getattr(item, "fixturenames", ())):
             needs.add("redis")
         for need in sorted(needs):
-            item.add_marker(pytest.mark.skip(reason=f"needs {need}: {missing[need]}"))
-            _skipped[need] = _skipped.get(need, 0) + 1
-    config._tc_missing = missing
+            item.add_marker(pytest.mark.skip(reason=f"{_NEEDS}{need}: {missing[need]}"))
+
+
+_NEEDS = "needs "  # how the skip reasons above start: the summary counts them by it
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    missing = getattr(config, "_tc_missing", {})
-    if _skipped:
-        parts = "; ".join(f"{count} {need} tests ({missing[need]})" for need, count in sorted(_skipped.items()))
+    """One line for the tests skipped for a missing service, counted from the skip reports: under pytest-xdist
+    the test processes collect and skip, and only their reports reach this one."""
+    counts: dict[str, int] = {}
+    how: dict[str, str] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        reason = reason.removeprefix("Skipped: ")
+        need, _, enable = reason.removeprefix(_NEEDS).partition(": ")
+        if reason.startswith(_NEEDS) and need in ("redis", "postgres", "e2e"):
+            counts[need] = counts.get(need, 0) + 1
+            how[need] = enable
+    if counts:
+        parts = "; ".join(f"{count} {need} tests ({how[need]})" for need, count in sorted(counts.items()))
         terminalreporter.write_line(f"Skipped for missing services: {parts}.")
 
 
@@ -80,6 +91,29 @@ def _artifact_dir(settings, tmp_path):
     """Keep each test's checkpoints and experience files in its own temporary directory."""
     settings.TC_ARTIFACT_DIR = tmp_path / "artifacts"
     settings.TC_ARTIFACT_DIR.mkdir()
+
+
+@pytest.fixture(scope="session")
+def seeded_demo(tmp_path_factory) -> Path:
+    """A data folder seeded by `manage.py demo --no-serve` (SQLite), made once per run.
+
+    Seeding trains a small model for each demo project, about 25 s here. Tests that serve the demo copy this
+    folder (`copy_demo`) and run `manage.py demo` on the copy, which finds everything seeded and starts at once.
+    This run is itself the newcomer's first one: an empty folder, the embedded defaults, the same command.
+    """
+    folder = tmp_path_factory.mktemp("seeded-demo") / "var"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TC_", "CELERY_", "DJANGO_", "PYTEST"))}
+    env.update(TC_DATA_DIR=str(folder), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "manage.py", "demo", "--no-serve"], cwd=Path(__file__).parent.parent,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    return folder
+
+
+def copy_demo(seeded: Path, data_dir: Path) -> Path:
+    """A copy of the seeded demo's data folder at `data_dir` (its database and model artifacts; no queue)."""
+    shutil.copytree(seeded, data_dir, ignore=shutil.ignore_patterns("broker"))
+    return data_dir
 
 
 def wait_for(condition: Callable[[], object], *, timeout: float, what: str) -> object:

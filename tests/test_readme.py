@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import copy_demo, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -156,11 +156,15 @@ for item in project.items.order_by("id")[:12]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """A folder to run site examples in, the environment they need, and the demo seeded and served."""
+def site(tmp_path_factory, seeded_demo):
+    """A folder to run site examples in, the environment they need, and the demo seeded and served.
+
+    The demo's data starts as a copy of the session's seeded one (`seeded_demo`: the same command on an empty
+    folder); the README's command then runs here as a newcomer would run it again.
+    """
     folder = tmp_path_factory.mktemp("site")
     (folder / "manage.py").symlink_to(ROOT / "manage.py")  # Python resolves the link: the checkout's code runs
-    env = _env(TC_DATA_DIR=str(folder / "var"))
+    env = _env(TC_DATA_DIR=str(copy_demo(seeded_demo, folder / "var")))
     _run([str(BIN / "python"), "manage.py", "demo", "--no-serve"], folder, env)
     # The tour's labelling, done here: a few answers for the Decision project's export and training examples.
     _run([str(BIN / "python"), "manage.py", "shell", "-c", LABEL], folder, env)
@@ -185,6 +189,7 @@ def site(tmp_path_factory):
 
 
 @pytest.mark.integration
+@pytest.mark.xdist_group("demo")  # with every test of the seeded demo: one process, one seeding
 @pytest.mark.parametrize("block", SHELL_SITE, ids=_id)
 def test_site_example_runs_from_the_checkout(block, site) -> None:
     folder, env, port = site
@@ -194,6 +199,7 @@ def test_site_example_runs_from_the_checkout(block, site) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.xdist_group("demo")
 def test_demo_serves_and_ctrl_c_stops_server_and_worker(site) -> None:
     """Command one's promise: the printed address answers, and Ctrl-C stops the web server and the worker."""
     folder, env, _ = site  # seeded already: this run only starts the worker and the server

@@ -17,6 +17,7 @@ from celery import Celery
 from django.conf import settings
 
 from annotate.management.commands.demo import worker_command
+from tests.conftest import copy_demo
 
 REDIS_URL = os.environ.get("TC_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
@@ -78,8 +79,9 @@ def test_demo_help_lists_address_argument() -> None:
 
 
 @pytest.mark.integration
-def test_demo_serves_site_runs_tasks_and_stops_worker(tmp_path: Path, wait_until) -> None:
-    data_dir = tmp_path / "data"
+@pytest.mark.xdist_group("demo")  # beside tests/test_readme.py's, in the process that seeds the demo
+def test_demo_serves_site_runs_tasks_and_stops_worker(tmp_path: Path, wait_until, seeded_demo) -> None:
+    data_dir = copy_demo(seeded_demo, tmp_path / "data")  # seeding is tests/conftest.py's `seeded_demo`
     log = tmp_path / "demo.log"
     port = _free_port()
     with log.open("wb") as out:
