@@ -30,6 +30,10 @@ class UploadRefused(ValueError):
     """The files were not kept; the message says which file and why."""
 
 
+class UploadBeingChecked(ValueError):
+    """A worker is checking the upload; it can be removed once accepted or refused."""
+
+
 def max_model_bytes() -> int:
     """The weights file's upload limit in bytes (`TC_MODEL_MAX_BYTES`, default 512 MiB)."""
     return int(getattr(settings, "TC_MODEL_MAX_BYTES", 512 * 1024 * 1024))
@@ -93,6 +97,25 @@ def check(upload_id: int) -> str:
         upload.save(update_fields=["state", "reason", "version", "checked_at"])
     shutil.rmtree(directory, ignore_errors=True)
     return upload.state
+
+
+def remove_upload(upload: ModelUpload) -> None:
+    """Remove a checked upload's record from the training page; the version it became stays.
+
+    Refused (`UploadBeingChecked`) while it is pending: the worker holds the row and its files until it has
+    accepted or refused them. The row is locked first, as the check locks it, so the two never interleave.
+    A checked upload's files are gone already; any left (a check that died mid-way) go with the row.
+    """
+    directory = upload.directory
+    with transaction.atomic():
+        state = ModelUpload.objects.select_for_update().filter(pk=upload.pk).values_list("state", flat=True).first()
+        if state is None:
+            return  # removed meanwhile
+        if state == UploadState.PENDING:
+            raise UploadBeingChecked(f"Model upload {upload.pk} is being checked by a worker: remove it once it "
+                                     "is accepted or refused.")
+        ModelUpload.objects.filter(pk=upload.pk).delete()
+        transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))
 
 
 def _manifest(project: Project, manifest) -> bytes:

@@ -12,6 +12,8 @@ urlpatterns = [
     path("projects/<slug:slug>/", views.project_jobs, name="project_jobs"),
     path("projects/<slug:slug>/versions/upload", views.version_upload, name="version_upload"),
     path("projects/<slug:slug>/versions/uploads/<int:pk>", views.version_upload_status, name="version_upload_status"),
+    path("projects/<slug:slug>/versions/uploads/<int:pk>/remove", views.version_upload_remove,
+         name="version_upload_remove"),
     path("<int:pk>/", views.job_detail, name="job"),
     path("<int:pk>/cancel", views.job_cancel, name="cancel"),
     path("<int:pk>/resume", views.job_resume, name="resume"),

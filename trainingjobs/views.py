@@ -155,6 +155,27 @@ def version_upload_status(request, slug: str, pk: int):
     return response
 
 
+@login_required
+@require_POST
+def version_upload_remove(request, slug: str, pk: int):
+    """Remove a checked model upload's record (the version it became stays); refused while it is being checked."""
+    project = admin_project(request, slug)
+    upload = get_object_or_404(ModelUpload.objects.select_related("version"), pk=pk, project=project)
+    try:
+        version_uploads.remove_upload(upload)
+    except version_uploads.UploadBeingChecked as exc:
+        if request.htmx:
+            # 200, so htmx swaps the row in place with the reason (it leaves the page alone on a 4xx).
+            return render(request, "trainingjobs/_model_upload.html",
+                          {"upload": upload, "project": project, "error": str(exc)})
+        messages.error(request, str(exc))
+        return _redirect(request, "trainingjobs:project_jobs", project.slug)
+    if request.htmx:
+        return render(request, "annotate/_upload_removed.html", {"name": f"Model upload {upload.pk}"})
+    messages.success(request, f"Model upload {upload.pk} removed.")
+    return _redirect(request, "trainingjobs:project_jobs", project.slug)
+
+
 # -- helpers ---------------------------------------------------------------------------------------------------
 def _job(request, pk: int) -> TrainingJob:
     """Job `pk` if the user administers its project; 404 for non-members (403 for reviewers)."""

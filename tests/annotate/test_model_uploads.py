@@ -206,3 +206,68 @@ def test_the_training_page_offers_the_upload_and_lists_uploads(client, project, 
 
     assert 'enctype="multipart/form-data"' in page and "Upload a model trained elsewhere" in page
     assert f'id="model-upload-{upload.pk}"' in page and "Refused" in page
+
+
+def _remove(client, project, upload, **headers):
+    return client.post(reverse("trainingjobs:version_upload_remove", args=[project.slug, upload.pk]), **headers)
+
+
+def test_a_checked_upload_is_removed_from_the_list_and_its_version_stays(client, project, project_admin,
+                                                                          tmp_path) -> None:
+    files = _files(_saved(tmp_path))
+    accepted = versions.upload_model(project, project_admin, files["manifest"], files["weights"], label="laptop")
+    tasks.check_model_upload(accepted.pk)
+    files = _files(_saved(tmp_path), weights=b"\x00" * 64)
+    refused = versions.upload_model(project, project_admin, files["manifest"], files["weights"])
+    tasks.check_model_upload(refused.pk)
+    version = ModelUpload.objects.get(pk=accepted.pk).version
+    client.force_login(project_admin)
+    page = client.get(reverse("trainingjobs:project_jobs", args=[project.slug])).content.decode()
+    assert page.count("Remove model upload") == 2 and "laptop stays a model version" in page
+
+    fragment = _remove(client, project, accepted, HTTP_HX_REQUEST="true")
+    response = _remove(client, project, refused, follow=True)
+
+    assert fragment.status_code == 200 and f"Model upload {accepted.pk} removed." in fragment.content.decode()
+    assert f"Model upload {refused.pk} removed." in response.content.decode()
+    assert not ModelUpload.objects.exists()
+    assert ModelVersion.objects.filter(pk=version.pk, label="laptop").exists()
+    assert version.label in client.get(reverse("trainingjobs:project_jobs", args=[project.slug])).content.decode()
+    assert _remove(client, project, accepted).status_code == 404  # gone
+
+
+def test_an_upload_being_checked_is_not_removed(client, project, project_admin, tmp_path) -> None:
+    files = _files(_saved(tmp_path))
+    upload = versions.upload_model(project, project_admin, files["manifest"], files["weights"])
+    client.force_login(project_admin)
+    assert "Remove model upload" not in client.get(
+        reverse("trainingjobs:project_jobs", args=[project.slug])).content.decode()
+
+    fragment = _remove(client, project, upload, HTTP_HX_REQUEST="true").content.decode()
+    page = _remove(client, project, upload, follow=True).content.decode()
+
+    reason = f"Model upload {upload.pk} is being checked by a worker: remove it once it is accepted or refused."
+    assert reason in fragment and f'id="model-upload-{upload.pk}"' in fragment
+    assert reason in page
+    upload.refresh_from_db()
+    assert upload.state == UploadState.PENDING
+    assert sorted(p.name for p in upload.directory.iterdir()) == ["model.safetensors", "tool.json"]
+    assert tasks.check_model_upload(upload.pk) == UploadState.ACCEPTED  # the check is unaffected
+
+
+def test_only_the_projects_admins_remove_an_upload_with_the_csrf_token(client, project, project_admin, reviewer,
+                                                                       outsider, tmp_path) -> None:
+    files = _files(_saved(tmp_path), weights=b"\x00" * 64)
+    upload = versions.upload_model(project, project_admin, files["manifest"], files["weights"])
+    tasks.check_model_upload(upload.pk)
+    for user, code in ((outsider, 404), (reviewer, 403)):
+        client.force_login(user)
+        assert _remove(client, project, upload).status_code == code
+    client.logout()
+    assert _remove(client, project, upload).status_code == 302  # to sign in
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(project_admin)
+    assert _remove(strict, project, upload).status_code == 403
+    client.force_login(project_admin)
+    assert client.get(reverse("trainingjobs:version_upload_remove", args=[project.slug, upload.pk])).status_code == 405
+    assert ModelUpload.objects.filter(pk=upload.pk).exists()

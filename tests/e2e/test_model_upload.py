@@ -55,3 +55,12 @@ def test_admin_uploads_a_model_promotes_it_and_sees_bad_files_refused(page, arti
     page.get_by_text("The model was not kept: tool.json: a 'chatbot' tool, but this project uses 'decision'").wait_for()
     page.screenshot(path=str(artifacts / "model-upload-refused.png"), full_page=True)
     assert ModelUpload.objects.count() == 2
+
+    # The refused upload's record is removed from the list after a confirmation; the accepted one stays listed.
+    refused = ModelUpload.objects.get(label="broken")
+    page.once("dialog", lambda dialog: dialog.accept() if "Remove model upload" in dialog.message else dialog.dismiss())
+    page.locator(f"#model-upload-{refused.pk}").get_by_role("button", name="Remove").click()
+    page.get_by_text(f"Model upload {refused.pk} removed.").wait_for()
+    assert list(ModelUpload.objects.values_list("label", flat=True)) == ["trained offline"]
+    assert page.locator(".upload-status").count() == 1
+    page.screenshot(path=str(artifacts / "model-upload-removed.png"), full_page=True)
