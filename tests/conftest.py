@@ -22,6 +22,9 @@ import pytest
 POLL_SECONDS = 0.05
 REDIS_URL = os.environ.get("TC_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CHROMIUM = os.environ.get("TC_CHROMIUM", "/usr/bin/chromium")
+# The Redis keys of the brokers this test process's workers use (`TC_BROKER_KEYPREFIX`). pytest-xdist runs tests
+# in several processes at once: a worker one of them starts must not take, or empty, another's tasks.
+BROKER_KEYPREFIX = f"tc-test-{os.getpid()}-"
 
 def _redis_answers() -> bool:
     parts = urlsplit(REDIS_URL)
@@ -31,6 +34,15 @@ def _redis_answers() -> bool:
             return conn.recv(16).startswith(b"+PONG")
     except OSError:
         return False
+
+
+def empty_broker(url: str) -> None:
+    """Drop what an earlier test of this process left in its queues at `url` (other processes' keys are theirs)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    for key in client.scan_iter(f"{BROKER_KEYPREFIX}*"):
+        client.delete(key)
 
 
 def _missing_services() -> dict[str, str]:

@@ -12,12 +12,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import redis
 from celery import Celery
 from django.conf import settings
 
 from annotate.management.commands.demo import worker_command
-from tests.conftest import copy_demo
+from tests.conftest import BROKER_KEYPREFIX, copy_demo, empty_broker
 
 REDIS_URL = os.environ.get("TC_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
@@ -41,10 +40,11 @@ def _stop(process: subprocess.Popen) -> None:
 
 @pytest.fixture
 def redis_worker(tmp_path: Path):
-    """A Celery worker for the annotate app, consuming from Redis database 15 (emptied first)."""
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    """A Celery worker for the annotate app, consuming from this test process's queues in Redis."""
+    empty_broker(REDIS_URL)
     log = tmp_path / "worker.log"
-    env = _site_env(tmp_path / "data", CELERY_BROKER_URL=REDIS_URL, CELERY_RESULT_BACKEND=REDIS_URL)
+    env = _site_env(tmp_path / "data", CELERY_BROKER_URL=REDIS_URL, CELERY_RESULT_BACKEND=REDIS_URL,
+                    TC_BROKER_KEYPREFIX=BROKER_KEYPREFIX)
     with log.open("wb") as out:
         worker = subprocess.Popen(
             worker_command(), cwd=settings.BASE_DIR, env=env, stdout=out, stderr=subprocess.STDOUT
@@ -59,6 +59,7 @@ def redis_worker(tmp_path: Path):
 @pytest.mark.integration
 def test_worker_runs_ping_through_redis(redis_worker) -> None:
     client = Celery("client", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
+    client.conf.broker_transport_options = {"global_keyprefix": BROKER_KEYPREFIX}
 
     result = client.send_task("annotate.tasks.ping")
 

@@ -14,7 +14,6 @@ import threading
 from pathlib import Path
 
 import pytest
-import redis
 from celery import Celery
 from django.conf import settings
 from django.db import connection, connections
@@ -25,6 +24,7 @@ from annotate import tasks as annotate_tasks
 from annotate.management.commands.demo import worker_command
 from annotate.models import Claim, ExportState, Item, ItemStatus, ModelUpload, UploadState
 from tensorcode import training
+from tests.conftest import BROKER_KEYPREFIX, empty_broker
 
 REDIS_URL = os.environ.get("TC_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
@@ -42,13 +42,15 @@ def backend_redis_worker(tmp_path: Path, monkeypatch, request):
     """A worker on the test database and artifact dir; `annotate.tasks` sends its tasks to it through Redis.
 
     The demo's worker (`--pool=solo`), or with `indirect` parametrization another pool (`"prefork"`)."""
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    empty_broker(REDIS_URL)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("CELERY_", "TC_"))}
     env.update(
         TC_DATABASE=_database_url(), TC_DATA_DIR=str(tmp_path / "data"), TC_ARTIFACT_DIR=str(settings.TC_ARTIFACT_DIR),
-        CELERY_BROKER_URL=REDIS_URL, CELERY_RESULT_BACKEND=REDIS_URL, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+        CELERY_BROKER_URL=REDIS_URL, CELERY_RESULT_BACKEND=REDIS_URL, TC_BROKER_KEYPREFIX=BROKER_KEYPREFIX,
+        OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
     )
     client = Celery("client", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
+    client.conf.broker_transport_options = {"global_keyprefix": BROKER_KEYPREFIX}
     for name in ("predict_items", "run_export", "check_model_upload"):
         # The task object of the project's app itself, not the `shared_task` proxy: a proxy resolves to the
         # current app of the thread that reads it, and the live server's thread may see another one.

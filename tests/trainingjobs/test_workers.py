@@ -15,13 +15,13 @@ import threading
 from pathlib import Path
 
 import pytest
-import redis
 from celery import Celery
 from django.conf import settings
 from django.db import connection
 
 from annotate import celery_app
 from annotate.management.commands.demo import worker_command
+from tests.conftest import BROKER_KEYPREFIX, empty_broker
 from tests.trainingjobs.conftest import review
 from tests.trainingjobs.test_runner import assert_same_weights
 from trainingjobs import runner, services
@@ -31,8 +31,8 @@ from trainingjobs.models import JobState, TrainingJob
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 REDIS_URL = os.environ.get("TC_JOBS_REDIS_URL", "redis://127.0.0.1:6379/13")
-# Queues of their own, so that another test run's workers on the same Redis cannot take this run's jobs.
-KEYPREFIX = f"tc-test-{os.getpid()}-"
+# Queues of their own, so that another test process's workers on the same Redis cannot take this one's jobs.
+KEYPREFIX = BROKER_KEYPREFIX
 # Long enough for a worker to be killed, cancelled or cut off mid-run; a step takes a few milliseconds.
 LONG = {"epochs": 15, "minibatch_size": 2, "checkpoint_interval": 25, "lr": 0.05, "held_out_fraction": 0.1}
 
@@ -102,10 +102,7 @@ class Workers:
 
 
 def _empty_queues() -> None:
-    """Drop what an earlier test of this run left in its queues (other runs' keys are not ours to touch)."""
-    client = redis.Redis.from_url(REDIS_URL)
-    for key in client.scan_iter(f"{KEYPREFIX}*"):
-        client.delete(key)
+    empty_broker(REDIS_URL)
 
 
 def _database_url(port: int | None = None) -> str:
