@@ -25,6 +25,8 @@ CHROMIUM = os.environ.get("TC_CHROMIUM", "/usr/bin/chromium")
 # The Redis keys of the brokers this test process's workers use (`TC_BROKER_KEYPREFIX`). pytest-xdist runs tests
 # in several processes at once: a worker one of them starts must not take, or empty, another's tasks.
 BROKER_KEYPREFIX = f"tc-test-{os.getpid()}-"
+_NEEDS = "needs "  # how a skip reason for a missing service starts: the summary counts them by it
+
 
 def _redis_answers() -> bool:
     parts = urlsplit(REDIS_URL)
@@ -69,9 +71,6 @@ def pytest_collection_modifyitems(config, items) -> None:
             needs.add("redis")
         for need in sorted(needs):
             item.add_marker(pytest.mark.skip(reason=f"{_NEEDS}{need}: {missing[need]}"))
-
-
-_NEEDS = "needs "  # how the skip reasons above start: the summary counts them by it
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
