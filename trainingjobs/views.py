@@ -16,15 +16,15 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HTMX_STOP_POLLING
 
 from annotate import versions as version_uploads
-from annotate.models import ModelUpload, ModelVersion, UploadState
+from annotate.models import ModelUpload, ModelVersion
 from annotate.views.access import admin_project
+from annotate.views.uploads import remove_row, upload_row
 from trainingjobs import plot, services, snapshot
 from trainingjobs.forms import ContinueForm, LaunchForm, ModelUploadForm
 from trainingjobs.models import TrainingJob
-
-HTMX_STOP_POLLING = 286
 
 
 @login_required
@@ -149,10 +149,7 @@ def version_upload_status(request, slug: str, pk: int):
     """A model upload's check, as a fragment; HTTP 286 once it was accepted or refused."""
     project = admin_project(request, slug)
     upload = get_object_or_404(ModelUpload.objects.select_related("version"), pk=pk, project=project)
-    response = render(request, "trainingjobs/_model_upload.html", {"upload": upload, "project": project})
-    if upload.state != UploadState.PENDING:
-        response.status_code = HTMX_STOP_POLLING
-    return response
+    return upload_row(request, "trainingjobs/_model_upload.html", upload, project)
 
 
 @login_required
@@ -161,19 +158,9 @@ def version_upload_remove(request, slug: str, pk: int):
     """Remove a checked model upload's record (the version it became stays); refused while it is being checked."""
     project = admin_project(request, slug)
     upload = get_object_or_404(ModelUpload.objects.select_related("version"), pk=pk, project=project)
-    try:
-        version_uploads.remove_upload(upload)
-    except version_uploads.UploadBeingChecked as exc:
-        if request.htmx:
-            # 200, so htmx swaps the row in place with the reason (it leaves the page alone on a 4xx).
-            return render(request, "trainingjobs/_model_upload.html",
-                          {"upload": upload, "project": project, "error": str(exc)})
-        messages.error(request, str(exc))
-        return _redirect(request, "trainingjobs:project_jobs", project.slug)
-    if request.htmx:
-        return render(request, "annotate/_upload_removed.html", {"name": f"Model upload {upload.pk}"})
-    messages.success(request, f"Model upload {upload.pk} removed.")
-    return _redirect(request, "trainingjobs:project_jobs", project.slug)
+    return remove_row(request, project, upload, version_uploads.remove_upload, version_uploads.UploadBeingChecked,
+                      template="trainingjobs/_model_upload.html", name=f"Model upload {upload.pk}",
+                      page=reverse("trainingjobs:project_jobs", args=[project.slug]))
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------

@@ -6,14 +6,16 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HTMX_STOP_POLLING
 
 from annotate.forms import ExperienceUploadForm, ExportForm, ImportForm
-from annotate.models import ExperienceUpload, Export, UploadState
+from annotate.models import ExperienceUpload, Export
 from annotate.views import access
+from annotate.views.uploads import remove_row, upload_row
 
 # htmx stops polling when a response has this status (the export is final).
-STOP_POLLING = 286
 
 
 @require_POST
@@ -69,10 +71,7 @@ def upload_status(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """An experience upload's check, as a fragment; HTTP 286 once accepted or refused."""
     project = access.admin_project(request, slug)
     upload = get_object_or_404(ExperienceUpload, pk=pk, project=project)
-    response = render(request, "annotate/_upload_status.html", {"upload": upload, "project": project})
-    if upload.state != UploadState.PENDING:
-        response.status_code = STOP_POLLING
-    return response
+    return upload_row(request, "annotate/_upload_status.html", upload, project)
 
 
 @require_POST
@@ -83,20 +82,10 @@ def upload_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 
     project = access.admin_project(request, slug)
     upload = get_object_or_404(ExperienceUpload, pk=pk, project=project)
-    name = upload.original_name or f"experience upload {upload.pk}"
-    try:
-        imports.remove_upload(upload)
-    except imports.UploadInUse as exc:
-        if request.htmx:
-            # 200, so htmx swaps the row in place with the reason (it leaves the page alone on a 4xx).
-            return render(request, "annotate/_upload_status.html",
-                          {"upload": upload, "project": project, "error": str(exc)})
-        messages.error(request, f"{name} was not removed. {exc}")
-        return redirect("project_detail", slug=project.slug)
-    if request.htmx:
-        return render(request, "annotate/_upload_removed.html", {"name": name})
-    messages.success(request, f"{name} removed.")
-    return redirect("project_detail", slug=project.slug)
+    return remove_row(request, project, upload, imports.remove_upload, imports.UploadInUse,
+                      template="annotate/_upload_status.html",
+                      name=upload.original_name or f"experience upload {upload.pk}",
+                      page=reverse("project_detail", args=[project.slug]))
 
 
 @require_POST
@@ -131,7 +120,7 @@ def export_status(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     export = get_object_or_404(Export, pk=pk, project=project)
     response = render(request, "annotate/_export_status.html", {"export": export})
     if export.is_final:
-        response.status_code = STOP_POLLING
+        response.status_code = HTMX_STOP_POLLING
     return response
 
 
