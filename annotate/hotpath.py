@@ -101,9 +101,8 @@ def _instances(parts, row: list) -> tuple[list, int]:
 def _latest_final(q, column: str, project_column: str) -> str:
     """SQL: `column` of the reviewer's (a parameter; the final kinds follow) latest final answer in the project."""
     kinds = ", ".join(["%s"] * len(FINAL_KINDS))
-    answer, item = _table(Answer, q), _table(Item, q)
-    return (f"SELECT b.{q(column)} FROM {answer} b INNER JOIN {item} j ON j.{q('id')} = b.{q('item_id')} "
-            f"WHERE b.{q('reviewer_id')} = %s AND j.{q('project_id')} = {project_column} "
+    return (f"SELECT b.{q(column)} FROM {_table(Answer, q)} b "
+            f"WHERE b.{q('reviewer_id')} = %s AND b.{q('project_id')} = {project_column} "
             f"AND b.{q('kind')} IN ({kinds}) "
             f"ORDER BY b.{q('updated_at')} DESC, b.{q('id')} DESC LIMIT 1")
 
@@ -179,7 +178,7 @@ _ANSWERS = _Query(_answers_sql)
 def answer_and_latest(user, project_id: int, item_id: int) -> list[Answer]:
     """`user`'s answer to item `item_id` (if any) and their latest final answer in the project, in one statement::
 
-        latest = Answer.objects.filter(reviewer=user, kind__in=FINAL_KINDS, item__project=project)
+        latest = Answer.objects.filter(reviewer=user, kind__in=FINAL_KINDS, project=project)
             .order_by("-updated_at", "-id").values("pk")[:1]
         Answer.objects.filter(reviewer=user).filter(Q(item=item) | Q(pk=Subquery(latest)))
     """

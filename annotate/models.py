@@ -334,9 +334,15 @@ FINAL_KINDS = (AnswerKind.TARGET, AnswerKind.SKIP)
 
 
 class Answer(models.Model):
-    """A reviewer's answer to an item: one row per (item, reviewer); its history is in `revisions`."""
+    """A reviewer's answer to an item: one row per (item, reviewer); its history is in `revisions`.
+
+    `project` repeats the item's project (filled on save) so "this reviewer's latest answer in this project",
+    read on every review page, is one index probe however many answers the reviewer has in other projects.
+    """
 
     item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="answers")
+    # Indexed by `answer_latest_final`, which leads with it.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", editable=False, db_index=False)
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="answers")
     kind = models.CharField(max_length=16, choices=AnswerKind.choices)
     target = models.JSONField(null=True, blank=True)
@@ -353,10 +359,19 @@ class Answer(models.Model):
             models.Index(fields=["item", "kind"], name="answer_item_kind"),
             # The item list's reviewer filter probes (reviewer, item) pairs.
             models.Index(fields=["reviewer", "item"], name="answer_reviewer_item"),
+            # The reviewer's latest final answer in a project (Back, Undo, the workspace's previous item), read
+            # newest first; drafts are few and skipped. Not a partial index: a prepared statement's generic plan
+            # takes the kinds as parameters and could not use one. It also serves `project`'s foreign key.
+            models.Index(fields=["project", "reviewer", "-updated_at", "-id"], name="answer_latest_final"),
         ]
 
     def __str__(self) -> str:
         return f"{self.kind} by {self.reviewer} on item {self.item_id}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.project_id is None:
+            self.project_id = self.item.project_id
+        super().save(*args, **kwargs)
 
     @property
     def is_final(self) -> bool:

@@ -176,7 +176,7 @@ def answer_and_previous(project: Project, user, item: Item, *, read: tuple[Answe
 
 def previous(project: Project, user, before: Item | None = None) -> Item | None:
     """The item `user` answered last in `project` (before `before`'s answer when given), to look at or edit."""
-    answers = Answer.objects.filter(item__project=project, reviewer=user, kind__in=FINAL_KINDS)
+    answers = Answer.objects.filter(project=project, reviewer=user, kind__in=FINAL_KINDS)
     if before is not None:
         mine = answers.filter(item=before).first()
         if mine is not None:
@@ -194,7 +194,7 @@ def undo_last(project: Project, user, *, now=None) -> Answer | None:
     _require_member(project, user)
     now = now or timezone.now()
     latest = (
-        Answer.objects.filter(item__project=project, reviewer=user, kind__in=FINAL_KINDS)
+        Answer.objects.filter(project=project, reviewer=user, kind__in=FINAL_KINDS)
         .order_by("-updated_at", "-id")
         .values_list("pk", "item_id")
         .first()

@@ -60,9 +60,9 @@ def main() -> None:
              for n in range(args.items)], batch_size=2000)
         answers = []
         for n, item in enumerate(items):
-            answers.append(Answer(item=item, reviewer=rita, kind="target", target="db", source="s"))
-            answers.append(Answer(item=item, reviewer=sam, kind="target", target="dns" if n % 10 == 0 else "db",
-                                  source="s"))
+            answers.append(Answer(item=item, project=project, reviewer=rita, kind="target", target="db", source="s"))
+            answers.append(Answer(item=item, project=project, reviewer=sam, kind="target",
+                                  target="dns" if n % 10 == 0 else "db", source="s"))
         Answer.objects.bulk_create(answers, batch_size=5000)
         print(f"seeded {args.items} items, {len(answers)} answers in {time.perf_counter() - started:.1f} s")
 

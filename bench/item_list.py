@@ -167,8 +167,8 @@ def seed(count: int):
             targets = ["a", "a"] if rng.random() < 0.8 else ["a", "b"]
             for user, target in zip(pair, targets, strict=True):
                 when = now - timedelta(minutes=rng.randrange(14 * 24 * 60))
-                answers.append(Answer(item=item, reviewer=user, kind="target", target=target, created_at=when,
-                                      updated_at=when, source=project.source_for(item.pk, user)))
+                answers.append(Answer(item=item, project=project, reviewer=user, kind="target", target=target,
+                                      created_at=when, updated_at=when, source=project.source_for(item.pk, user)))
             finished.append((item.pk, targets[0] != targets[1]))
         Answer.objects.bulk_create(answers, batch_size=5000)
         done = [pk for pk, _ in finished]

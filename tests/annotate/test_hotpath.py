@@ -117,3 +117,70 @@ def test_answer_and_latest_matches_the_orm(project, reviewer, second_reviewer) -
         assert sorted(map(model_to_dict, fast), key=str) == sorted(map(model_to_dict, slow), key=str)
     assert {a.kind for a in hotpath.answer_and_latest(reviewer, project.pk, items[2].pk)} == {
         AnswerKind.DRAFT, AnswerKind.TARGET}
+
+
+def _second_project(reviewer) -> Project:
+    other = Project.objects.create(slug="elsewhere", name="Elsewhere", tool="decision", mode="rank",
+                                   configuration={"dim": 8, "buckets": 64})
+    Membership.objects.create(project=other, user=reviewer, role=Role.REVIEWER)
+    return other
+
+
+def test_an_answer_carries_its_items_project(project, reviewer) -> None:
+    """Filled on save, whoever writes the answer: the queue, or code (and tests) that create one directly."""
+    item = make_ready_items(project, [0.2])[0]
+    made = Answer.objects.create(item=item, reviewer=reviewer, kind=AnswerKind.TARGET, target="db", source="s")
+    assert made.project_id == project.pk
+    queue.claim_next(project, reviewer)
+    queue.save_draft(make_ready_items(project, [0.1])[0], reviewer, "dns")
+    assert set(Answer.objects.values_list("project_id", flat=True)) == {project.pk}
+
+
+def test_the_latest_answer_is_the_projects_own(project, reviewer) -> None:
+    """Answers in another project, however recent, are not the workspace's previous item nor what Undo takes."""
+    mine = make_ready_items(project, [0.1])[0]
+    queue.claim_next(project, reviewer)
+    queue.submit(mine, reviewer, "db")
+    other = _second_project(reviewer)
+    elsewhere = make_ready_items(other, [0.1])[0]
+    queue.claim_next(other, reviewer)
+    queue.submit(elsewhere, reviewer, "db")
+
+    fresh = make_ready_items(project, [0.5])[0]
+    assert hotpath.item_for_page(reviewer, project.slug, fresh.pk, timezone.now()).viewer_latest_item_id == mine.pk
+    assert queue.previous(project, reviewer) == mine
+    assert queue.undo_last(project, reviewer).item_id == mine.pk
+
+
+@pytest.mark.postgres
+def test_the_latest_answer_is_one_probe_of_its_index(project, reviewer, second_reviewer) -> None:
+    """The page's "latest final answer in this project" must be answerable from `answer_latest_final`, in the
+    generic plan a prepared statement settles on (values unknown): joined through the items, or through an index
+    the plan cannot use, it walks every answer the reviewer ever gave, in any project, on every page."""
+    from django.db import connection, transaction
+    from psycopg.sql import Literal
+
+    item = make_ready_items(project, [0.3])[0]
+    # The case that matters, with statistics to match: a reviewer with many answers in another project, and a
+    # project with many answers from other reviewers.
+    other = _second_project(reviewer)
+    for where, who in ((other, reviewer), (project, second_reviewer)):
+        items = Item.objects.bulk_create(Item(project=where, inputs={}, status=ItemStatus.DONE) for _ in range(400))
+        Answer.objects.bulk_create(Answer(item=i, project=where, reviewer=who, kind=AnswerKind.TARGET, target="db",
+                                          source="s") for i in items)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE annotate_answer")
+    hotpath.item_for_page(reviewer, project.slug, item.pk, timezone.now())  # makes the statement's text
+    (sql, _, _), = (v for k, v in hotpath._PAGE.cache.items() if k[0] == "postgresql")
+    parts = sql.split("%s")
+    numbered = "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], start=1)) + parts[-1]
+    values = [reviewer.pk, reviewer.pk, timezone.now(), reviewer.pk, *map(str, FINAL_KINDS), reviewer.pk, item.pk,
+              project.slug]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE latest_probe AS {numbered}")
+        literals = ", ".join(Literal(v).as_string(connection.connection) for v in values)
+        cursor.execute(f"EXPLAIN EXECUTE latest_probe({literals})")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("DEALLOCATE latest_probe")
+    assert "answer_latest_final" in plan, plan
