@@ -255,7 +255,7 @@ def project_report(project) -> Report:
     from annotate.models import Answer, AnswerKind, Item
 
     measure = measure_of(project.tool, project.mode)
-    targets = Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET)
+    targets = Answer.objects.filter(project=project, kind=AnswerKind.TARGET)
     compared = targets.order_by().values("item_id").annotate(n=Count("id")).filter(n__gte=2).values("item_id")
     rows = list(
         targets.filter(item_id__in=compared)
@@ -278,7 +278,7 @@ def cached_project_report(project, timeout: int = 3600) -> Report:
 
     from annotate.models import Answer, AnswerKind
 
-    stamp = Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET).aggregate(
+    stamp = Answer.objects.filter(project=project, kind=AnswerKind.TARGET).aggregate(
         n=Count("id"), last=Max("updated_at"))
     last = stamp["last"].isoformat() if stamp["last"] else "-"
     key = f"tc-agreement:{project.pk}:{project.tool}:{project.mode}:{stamp['n']}:{last}"

@@ -116,7 +116,7 @@ def validate_filters(filters: Any) -> dict:
 
 def selected_answers(project: Project, filters: dict) -> QuerySet[Answer]:
     """The final target answers of `project` that `filters` (already validated) select, in id order."""
-    answers = Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET)
+    answers = Answer.objects.filter(project=project, kind=AnswerKind.TARGET)
     if "reviewers" in filters:
         answers = answers.filter(reviewer__username__in=filters["reviewers"])
     if "after" in filters:

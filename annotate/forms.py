@@ -160,7 +160,7 @@ class ExportForm(forms.Form):
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["reviewer"].queryset = get_user_model().objects.filter(
-            answers__item__project=project
+            answers__project=project
         ).distinct().order_by("username")
 
     def filters(self) -> dict:

@@ -105,7 +105,7 @@ def project_progress(project: Project, *, now: datetime | None = None) -> Projec
     hours = [hour_start - timedelta(hours=HOURS - 1 - k) for k in range(HOURS)]
 
     counts = dict(project.items.order_by().values_list("status").annotate(n=Count("id")))
-    answers = Answer.objects.filter(item__project=project).order_by()
+    answers = Answer.objects.filter(project=project).order_by()
 
     by_id: dict[int, ReviewerProgress] = {}
     daily, hourly = [0] * DAYS, [0] * HOURS

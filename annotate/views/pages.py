@@ -30,9 +30,9 @@ def home(request: HttpRequest) -> HttpResponse:
     )
     mine = dict(
         Answer.objects.filter(reviewer=user, kind__in=FINAL_KINDS)
-        .values_list("item__project")
+        .values_list("project")
         .annotate(n=Count("id"))
-        .values_list("item__project", "n")
+        .values_list("project", "n")
     )
     rows = [
         {"project": p, "total": p.total, "finished": p.finished, "mine": mine.get(p.pk, 0),
@@ -51,7 +51,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
     counts = dict(project.items.order_by().values_list("status").annotate(n=Count("id")).values_list("status", "n"))
     total = sum(counts.values())
     finished = sum(counts.get(s, 0) for s in _FINISHED)
-    mine = Answer.objects.filter(item__project=project, reviewer=user).values_list("kind").annotate(n=Count("id"))
+    mine = Answer.objects.filter(project=project, reviewer=user).values_list("kind").annotate(n=Count("id"))
     context = {
         "project": project,
         "is_admin": project.is_admin(user),
@@ -76,7 +76,7 @@ def _reviewer_progress(project: Project) -> list[dict]:
     """Per reviewer: answers, skips and drafts in this project, and when they last changed one."""
     rows: dict[str, dict] = {}
     counts = (
-        Answer.objects.filter(item__project=project).order_by()
+        Answer.objects.filter(project=project).order_by()
         .values("reviewer__username", "kind").annotate(n=Count("id"), last=Max("updated_at"))
     )
     for entry in counts:

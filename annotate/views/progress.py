@@ -51,7 +51,7 @@ def progress(request: HttpRequest, slug: str) -> HttpResponse:
 def progress_agreement(request: HttpRequest, slug: str) -> HttpResponse:
     """Agreement between reviewers (`annotate.agreement.project_report`), cached until an answer changes."""
     project = access.member_project(request, slug)
-    targets = Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET).order_by()
+    targets = Answer.objects.filter(project=project, kind=AnswerKind.TARGET).order_by()
     stamp = targets.aggregate(n=Count("id"), last=Max("updated_at"))
     key = f"annotate:agreement:{project.pk}:{stamp['n']}:{stamp['last'].timestamp() if stamp['last'] else 0}"
     report = cache.get(key)
