@@ -10,6 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
+# Django's PostgreSQL backend with the protocol's parameter limit declared (annotate/db/base.py).
+POSTGRESQL_ENGINE = "annotate.db"
 
 
 def database_from_url(value: str, data_dir: Path) -> dict:
@@ -32,7 +34,7 @@ def database_from_url(value: str, data_dir: Path) -> dict:
             f"TC_DATABASE={value!r} names no database; add it as the path, as in '.../annotate'."
         )
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": POSTGRESQL_ENGINE,
         "NAME": name,
         "USER": unquote(url.username or ""),
         "PASSWORD": unquote(url.password or ""),

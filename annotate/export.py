@@ -51,6 +51,8 @@ MAX_MINIBATCH = 4096
 PROGRESS_SECONDS = 0.5
 # The columns an export writes of a plain answer, in `_jsonl_record`'s order.
 _ROW = ("item_id", "item__inputs", "target", "source", "reviewer__username", "created_at", "updated_at")
+# Each id is one parameter of the selecting statement, and PostgreSQL takes at most 65,535.
+MAX_ITEM_IDS = 50_000
 FILTER_KEYS = ("reviewers", "after", "before", "confidence_min", "confidence_max", "item_status", "item_ids")
 
 
@@ -63,7 +65,8 @@ def validate_filters(filters: Any) -> dict:
 
     Keys: `reviewers` (usernames), `after`/`before` (ISO 8601 times of the answer's last change),
     `confidence_min`/`confidence_max` (the item's prediction confidence, 0..1), `item_status` ("done" or
-    "ready"; an item still collecting answers under overlap > 1 is "ready"), `item_ids` (ids).
+    "ready"; an item still collecting answers under overlap > 1 is "ready"), `item_ids` (ids, at most
+    `MAX_ITEM_IDS`).
     """
     if filters in (None, ""):
         return {}
@@ -107,6 +110,9 @@ def validate_filters(filters: Any) -> dict:
             if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
                 raise ValueError("filters.item_ids: expected a list of item ids")
             clean[key] = sorted(set(value))
+            if len(clean[key]) > MAX_ITEM_IDS:
+                raise ValueError(f"filters.item_ids: at most {MAX_ITEM_IDS:,} ids, got {len(clean[key]):,}; "
+                                 "select by status, confidence or time instead, or export in parts")
     if clean.get("confidence_min", 0.0) > clean.get("confidence_max", 1.0):
         raise ValueError("filters: confidence_min is greater than confidence_max, so nothing can match")
     if "after" in clean and "before" in clean and clean["after"] >= clean["before"]:

@@ -82,7 +82,7 @@ TEMPLATES = [
 
 DATABASES = {"default": envconfig.database_from_url(os.environ.get("TC_DATABASE", "sqlite"), TC_DATA_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+if DATABASES["default"]["ENGINE"] == envconfig.POSTGRESQL_ENGINE:
     # Each web worker keeps its PostgreSQL connection between requests (`TC_DB_CONN_MAX_AGE` seconds; 0 closes it
     # after every request): connecting costs as much as a page's queries. Checked before reuse, so a restarted
     # database fails no request.

@@ -69,7 +69,7 @@ def select_records(project, filters: dict | None = None) -> list[Selected]:
         .values_list("last", flat=True)
     )
     answers = (
-        AnswerRevision.objects.filter(pk__in=list(latest), kind=AnswerKind.TARGET)
+        AnswerRevision.objects.filter(pk__in=latest, kind=AnswerKind.TARGET)  # a subquery: any count of answers
         .order_by("answer__item_id", "answer_id")
         .values_list("answer__item_id", "id")
     )

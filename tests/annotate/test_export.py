@@ -357,3 +357,10 @@ def test_a_capture_worker_dies_with_the_exporting_process(wait_until) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker, signal.SIGKILL)  # when this fails, leave no process behind holding the test's pipes
+
+
+def test_an_export_names_too_many_item_ids() -> None:
+    """Each id is a parameter of the selecting statement; PostgreSQL takes 65,535 at most."""
+    with pytest.raises(ValueError, match=r"filters.item_ids: at most 50,000 ids, got 50,001"):
+        exports.validate_filters({"item_ids": list(range(1, 50_002))})
+    assert len(exports.validate_filters({"item_ids": list(range(1, 50_001))})["item_ids"]) == 50_000

@@ -66,7 +66,7 @@ def test_database_from_url_parses_postgres(tmp_path: Path) -> None:
     config = envconfig.database_from_url(url, tmp_path)
 
     assert config == {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "annotate.db",
         "NAME": "annotate",
         "USER": "ann",
         "PASSWORD": "p@ss",
