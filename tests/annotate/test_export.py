@@ -364,3 +364,10 @@ def test_an_export_names_too_many_item_ids() -> None:
     with pytest.raises(ValueError, match=r"filters.item_ids: at most 50,000 ids, got 50,001"):
         exports.validate_filters({"item_ids": list(range(1, 50_002))})
     assert len(exports.validate_filters({"item_ids": list(range(1, 50_001))})["item_ids"]) == 50_000
+
+
+def test_the_export_form_offers_each_reviewer_who_answered_once(project, answered, project_admin) -> None:
+    from annotate.forms import ExportForm
+
+    offered = ExportForm(project=project).fields["reviewer"].queryset
+    assert [u.get_username() for u in offered] == ["rita", "sam"]  # not the admin, who answered nothing
