@@ -65,6 +65,10 @@ class ItemAdmin(admin.ModelAdmin):
     raw_id_fields = ["project", "prediction", "claimed_by"]
     show_full_result_count = False
 
+    def get_readonly_fields(self, request, obj=None):
+        """An item stays in its project: its answers, claims, predictions and sources all name that project."""
+        return ["project"] if obj is not None else []
+
 
 @admin.register(Claim)
 class ClaimAdmin(admin.ModelAdmin):

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.urls import reverse
 
 from annotate import storage
 from annotate.models import ApiToken, ModelVersion, Project
+from tests.annotate.conftest import make_ready_items
 
 pytestmark = pytest.mark.django_db
 
@@ -104,3 +106,12 @@ def test_write_once_takes_chunks_and_stops_at_its_limit(tmp_path) -> None:
     with pytest.raises(storage.TooLarge):
         storage.write_once(path.parent / "big", iter([b"ab", b"cd", b"e"]), max_bytes=4)
     assert sorted(p.name for p in path.parent.iterdir()) == ["weights"]  # no partial file, no temporary
+
+
+def test_the_django_admin_keeps_an_item_in_its_project(admin_client, project) -> None:
+    """Its answers carry the project too (`Answer.project`); moving the item alone would split them."""
+    item = make_ready_items(project, [0.5])[0]
+    page = admin_client.get(reverse("admin:annotate_item_change", args=[item.pk]))
+    assert page.status_code == 200
+    assert b'name="project"' not in page.content and b"Outages" in page.content
+    assert b'name="project"' in admin_client.get(reverse("admin:annotate_item_add")).content
