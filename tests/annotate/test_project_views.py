@@ -318,8 +318,10 @@ def test_removing_a_reviewer_who_holds_a_claim_says_so_and_frees_the_item(client
 
 
 @pytest.mark.django_db
-def test_counts_at_team_scale_are_grouped_by_thousands(client, project, project_admin) -> None:
-    Item.objects.bulk_create(Item(project=project, inputs=DECISION_INPUT) for _ in range(1234))
+def test_counts_at_team_scale_are_grouped_by_thousands(client, project, project_admin, reviewer) -> None:
+    items = Item.objects.bulk_create(Item(project=project, inputs=DECISION_INPUT) for _ in range(1234))
+    Answer.objects.bulk_create(Answer(item=item, project=project, reviewer=reviewer, kind=AnswerKind.DRAFT,
+                                      target="db", source="s") for item in items)
     client.force_login(project_admin)
 
     home = client.get(reverse("home")).content.decode()
@@ -328,4 +330,5 @@ def test_counts_at_team_scale_are_grouped_by_thousands(client, project, project_
 
     assert "0 of 1,234 items finished" in home
     assert "<strong>1,234</strong>" in page and "<strong>1,234</strong>" in progress
+    assert "<td>rita</td><td>0</td><td>0</td><td>1,234</td>" in page  # the admin's table of reviewers
     assert 'max="1234"' in page  # numbers a browser reads stay plain
