@@ -315,3 +315,22 @@ def test_staff_see_adjudications_and_their_revisions_in_the_django_admin(client,
 
     assert f"adjudication:outages/{labelled[0].pk}/ada" in listing
     assert change.status_code == 200 and "Adjudication revisions" in change.content.decode()
+
+
+def test_counts_on_the_agreement_pages_are_grouped_by_thousands(client, project, project_admin, reviewer,
+                                                                second_reviewer) -> None:
+    from annotate.models import Item, ItemStatus
+
+    inputs = {"hypotheses": [{"id": "db", "text": "a"}, {"id": "dns", "text": "b"}]}
+    items = Item.objects.bulk_create(Item(project=project, inputs=inputs, status=ItemStatus.DONE, final_answers=2,
+                                          disagreement=True) for _ in range(1234))
+    Answer.objects.bulk_create(Answer(item=item, project=project, reviewer=user, kind="target", target=target,
+                                      source="s")
+                               for item in items for user, target in ((reviewer, "db"), (second_reviewer, "dns")))
+    client.force_login(project_admin)
+    urls = _urls(project, items[0])
+
+    page = client.get(urls["agreement"]).content.decode()
+    assert "<td>rita · sam</td><td>1,234</td><td>0</td>" in page
+    assert "<strong>1,234</strong>" in page  # disagreements open
+    assert "Open (1,234)" in client.get(urls["list"]).content.decode()
