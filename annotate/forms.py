@@ -13,10 +13,9 @@ from typing import Any
 from django import forms
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db.models import Exists, OuterRef
 
 from annotate import tooling
-from annotate.models import Answer, ExportFormat, Project, Role
+from annotate.models import ExportFormat, Project, Role
 from annotate.views import display
 
 
@@ -160,9 +159,7 @@ class ExportForm(forms.Form):
 
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, **kwargs)
-        # One index probe per user, not a DISTINCT over a join with every answer (160 ms at 100,000 answers).
-        answered = Answer.objects.filter(reviewer=OuterRef("pk"), project=project)
-        self.fields["reviewer"].queryset = get_user_model().objects.filter(Exists(answered)).order_by("username")
+        self.fields["reviewer"].queryset = project.answered_by().order_by("username")
 
     def filters(self) -> dict:
         data = self.cleaned_data

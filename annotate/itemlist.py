@@ -251,7 +251,7 @@ def _single_values(params, errors: dict[str, str]) -> dict[str, str]:
 def _reviewer_id(project: Project, username: str) -> int | None:
     users = get_user_model().objects.filter(username=username)
     members = users.filter(memberships__project=project)
-    answered = users.filter(Exists(Answer.objects.filter(reviewer=OuterRef("pk"), project=project)))
+    answered = project.answered_by().filter(username=username)
     return (members.values_list("pk", flat=True).first()
             or answered.values_list("pk", flat=True).first())
 

@@ -118,6 +118,14 @@ class Project(models.Model):
         """Whether `user` may review in this project (reviewers, admins and staff)."""
         return self.role_of(user) is not None
 
+    def answered_by(self):
+        """The users with an answer here (members or not): one probe of `answer_latest_final` per user, not a
+        DISTINCT over every answer."""
+        from django.contrib.auth import get_user_model
+
+        answers = Answer.objects.filter(reviewer=models.OuterRef("pk"), project=self)
+        return get_user_model().objects.filter(models.Exists(answers))
+
     def source_for(self, item_id: int, user) -> str:
         """Provenance of a review: `review:<project>/<item>/<reviewer>`."""
         return f"review:{self.slug}/{item_id}/{user.get_username()}"

@@ -15,8 +15,6 @@ from annotate.models import ExperienceUpload, Export
 from annotate.views import access
 from annotate.views.uploads import remove_row, upload_row
 
-# htmx stops polling when a response has this status (the export is final).
-
 
 @require_POST
 @login_required
