@@ -334,3 +334,4 @@ def test_counts_on_the_agreement_pages_are_grouped_by_thousands(client, project,
     assert "<td>rita · sam</td><td>1,234</td><td>0</td>" in page
     assert "<strong>1,234</strong>" in page  # disagreements open
     assert "Open (1,234)" in client.get(urls["list"]).content.decode()
+    assert "1,234 open" in client.get(reverse("project_detail", args=[project.slug])).content.decode()
