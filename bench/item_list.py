@@ -121,6 +121,7 @@ def seed(count: int):
     from django.db import connection, transaction
     from django.utils import timezone
 
+    from annotate import deletion
     from annotate.models import Answer, Item, ItemStatus, Membership, ModelVersion, Prediction, Project, Role
 
     rng = random.Random(11)
@@ -129,7 +130,8 @@ def seed(count: int):
     existing = Project.objects.filter(slug=SLUG).first()
     if existing is not None and existing.items.count() == count:  # seeded by an earlier run: reuse it
         return existing, admin, list(existing.versions.order_by("id"))
-    Project.objects.filter(slug=SLUG).delete()
+    if existing is not None:
+        deletion.delete_project(existing)
     reviewers = [User.objects.get_or_create(username=f"r{n:02d}")[0] for n in range(20)]
     now = timezone.now()
     with transaction.atomic():

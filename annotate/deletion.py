@@ -1,0 +1,167 @@
+"""Deleting a project with everything in it, at any size: a few set-based statements in one transaction.
+
+Django's own cascade (what the admin's Delete ran) loads every prediction of the project into memory, lists
+every row on its confirmation page, and sends the SET NULL of a big project's items as one statement with
+more parameters than PostgreSQL takes when values are bound on the server: a project of about 30,000 items or
+more could not be deleted. Here each model's doomed rows are one subquery of their parents' rows, found by
+walking the foreign keys as Django's collector does, so the same dozen statements delete 10 items or 100,000,
+and the database ends as Django's cascade leaves it (`tests/annotate/test_deletion.py` checks both against
+each other). The files of the project's model versions, exports, jobs and uploads go once the rows have
+committed: a deletion that fails keeps them.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import logging
+import shutil
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import reduce
+from operator import or_
+
+from django.apps import apps
+from django.db import models, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from annotate import storage
+from annotate.models import ExperienceUpload, Export, ExportState, ModelUpload, ModelVersion, Project
+
+logger = logging.getLogger(__name__)
+
+# Each artifact kind and the model whose rows name its directories (`storage.relative_name(kind, pk)`).
+_ARTIFACTS = {"models": ModelVersion, "exports": Export, "uploads": ExperienceUpload, "model-uploads": ModelUpload}
+EXPORT_TIME_LIMIT = timedelta(hours=1)  # `run_export`'s hard limit: an export started earlier is no longer running
+
+
+class ProjectBusy(Exception):
+    """Work that would write into the project is still waiting or running; nothing was deleted."""
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What a deletion removed: rows per model (verbose plural name), and how many artifact directories."""
+
+    rows: dict[str, int]
+    directories: int
+
+    def __str__(self) -> str:
+        parts = [f"{count:,} {name}" for name, count in self.rows.items() if count]
+        return ", ".join(parts) or "nothing else"
+
+
+def blockers(project: Project) -> list[str]:
+    """What must finish (or be cancelled) before `project` can go: a worker would otherwise write into it."""
+    found = []
+    if apps.is_installed("trainingjobs"):
+        TrainingJob = apps.get_model("trainingjobs", "TrainingJob")
+        for pk, state in TrainingJob.objects.filter(project=project, state__in=["PENDING", "RUNNING"]).order_by(
+                "pk").values_list("pk", "state"):
+            found.append(f"training job {pk} is {'waiting' if state == 'PENDING' else 'running'} "
+                         "(cancel it on the training page)")
+    running = Export.objects.filter(project=project, state=ExportState.RUNNING,
+                                    started_at__gt=timezone.now() - EXPORT_TIME_LIMIT)
+    found += [f"export {pk} is being written" for pk in running.order_by("pk").values_list("pk", flat=True)]
+    return found
+
+
+def summary(project: Project) -> dict[str, int]:
+    """Rows that would go with `project`, per model (verbose plural name), the project itself left out."""
+    plan = _plan(project)
+    return {_name(model): plan.doomed[model].count() for model in plan.order if model is not Project}
+
+
+def delete_project(project: Project) -> Deleted:
+    """Delete `project`, every row that cascades from it, and (after commit) its artifact directories.
+
+    Raises `ProjectBusy` (nothing deleted) while `blockers` names something. Deleting a project already gone
+    deletes nothing, so a repeated request is harmless.
+    """
+    with transaction.atomic():
+        if not list(Project.objects.select_for_update().filter(pk=project.pk).values_list("pk", flat=True)):
+            return Deleted({}, 0)
+        busy = blockers(project)
+        if busy:
+            raise ProjectBusy(f"{project.name} cannot be deleted yet: {'; '.join(busy)}.")
+        plan = _plan(project)
+        directories = [storage.relative_name(kind, pk) for kind, model in _artifact_models().items()
+                       for pk in plan.doomed[model].values_list("pk", flat=True)]
+        for field, rows in plan.set_null:
+            rows.update(**{field.name: None})
+        rows = {}
+        for model in reversed(plan.order):  # children first: their subqueries still find their parents
+            rows[_name(model)] = plan.doomed[model]._raw_delete(plan.doomed[model].db)
+        transaction.on_commit(lambda: _remove(directories))
+    rows.pop(_name(Project))
+    return Deleted(dict(reversed(rows.items())), len(directories))
+
+
+@dataclass
+class _Plan:
+    order: list[type[models.Model]]  # parents before children
+    doomed: dict[type[models.Model], models.QuerySet]  # each model's rows that go, as one subquery
+    set_null: list[tuple[models.ForeignKey, models.QuerySet]]  # pointers into doomed rows from rows that stay
+
+
+def _plan(project: Project) -> _Plan:
+    cascades: dict[type[models.Model], list[models.ForeignKey]] = {}  # child -> its CASCADE keys into doomed
+    reached, frontier = {Project}, [Project]
+    while frontier:
+        parent = frontier.pop()
+        for field in _keys_to(parent):
+            if field.remote_field.on_delete is models.CASCADE:
+                cascades.setdefault(field.model, []).append(field)
+                if field.model not in reached:
+                    reached.add(field.model)
+                    frontier.append(field.model)
+    graph = {model: {field.remote_field.model for field in cascades.get(model, [])} for model in reached}
+    order = list(graphlib.TopologicalSorter(graph).static_order())  # a CASCADE cycle raises CycleError
+    doomed = {Project: Project._base_manager.filter(pk=project.pk)}
+    for model in order[1:]:
+        keys = [Q(**{f"{field.attname}__in": doomed[field.remote_field.model].values(field.target_field.attname)})
+                for field in cascades[model]]
+        doomed[model] = model._base_manager.filter(reduce(or_, keys))
+    set_null = []
+    for target in order:
+        for field in _keys_to(target):
+            on_delete = field.remote_field.on_delete
+            if on_delete in (models.CASCADE, models.DO_NOTHING):
+                continue
+            if on_delete is not models.SET_NULL:  # PROTECT, RESTRICT, SET_DEFAULT, SET(): not used by any model
+                raise NotImplementedError(f"{field} uses {on_delete.__name__}; deleting a project handles "
+                                          "CASCADE, SET_NULL and DO_NOTHING only")
+            rows = field.model._base_manager.filter(
+                **{f"{field.attname}__in": doomed[target].values(field.target_field.attname)})
+            if field.model in doomed:
+                rows = rows.exclude(pk__in=doomed[field.model].values("pk"))
+            set_null.append((field, rows))
+    return _Plan(order, doomed, set_null)
+
+
+def _keys_to(model: type[models.Model]) -> list[models.ForeignKey]:
+    """Every foreign key (and one-to-one key) of any installed model, many-to-many tables included, to `model`."""
+    return [field for other in apps.get_models(include_auto_created=True) if not other._meta.proxy
+            for field in other._meta.local_concrete_fields
+            if field.is_relation and (field.many_to_one or field.one_to_one) and field.remote_field.model is model]
+
+
+def _artifact_models() -> dict[str, type[models.Model]]:
+    found = dict(_ARTIFACTS)
+    if apps.is_installed("trainingjobs"):
+        found["jobs"] = apps.get_model("trainingjobs", "TrainingJob")
+    return found
+
+
+def _name(model: type[models.Model]) -> str:
+    return str(model._meta.verbose_name_plural)
+
+
+def _remove(directories: list[str]) -> None:
+    for name in directories:
+        try:
+            shutil.rmtree(storage.resolve(name))
+        except FileNotFoundError:
+            pass
+        except OSError:  # the rows are gone already: a directory left behind is logged, not fatal
+            logger.exception("could not remove artifact directory %s", name)
