@@ -41,14 +41,13 @@ class ProjectBusy(Exception):
 
 @dataclass(frozen=True)
 class Deleted:
-    """What a deletion removed: rows per model (verbose plural name), and how many artifact directories."""
+    """What a deletion removed: rows per model, most first, and how many artifact directories."""
 
-    rows: dict[str, int]
+    rows: dict[type[models.Model], int]
     directories: int
 
     def __str__(self) -> str:
-        parts = [f"{count:,} {name}" for name, count in self.rows.items() if count]
-        return ", ".join(parts) or "nothing else"
+        return counted(self.rows)
 
 
 def blockers(project: Project) -> list[str]:
@@ -66,10 +65,20 @@ def blockers(project: Project) -> list[str]:
     return found
 
 
-def summary(project: Project) -> dict[str, int]:
-    """Rows that would go with `project`, per model (verbose plural name), the project itself left out."""
+def summary(project: Project) -> dict[type[models.Model], int]:
+    """Rows that would go with `project`, per model, most first; the project itself left out (one count each)."""
     plan = _plan(project)
-    return {_name(model): plan.doomed[model].count() for model in plan.order if model is not Project}
+    return _most_first({model: plan.doomed[model].count() for model in plan.order if model is not Project})
+
+
+def name(model: type[models.Model], count: int = 2) -> str:
+    """How `count` rows of `model` are named for people: "answer revisions", "1 export"."""
+    return str(model._meta.verbose_name if count == 1 else model._meta.verbose_name_plural)
+
+
+def counted(rows: dict[type[models.Model], int]) -> str:
+    """"100,000 items, 1 model version": each model's count with its name, models with no rows left out."""
+    return ", ".join(f"{count:,} {name(model, count)}" for model, count in rows.items() if count) or "nothing else"
 
 
 def delete_project(project: Project) -> Deleted:
@@ -91,10 +100,10 @@ def delete_project(project: Project) -> Deleted:
             rows.update(**{field.name: None})
         rows = {}
         for model in reversed(plan.order):  # children first: their subqueries still find their parents
-            rows[_name(model)] = plan.doomed[model]._raw_delete(plan.doomed[model].db)
+            rows[model] = plan.doomed[model]._raw_delete(plan.doomed[model].db)
         transaction.on_commit(lambda: _remove(directories))
-    rows.pop(_name(Project))
-    return Deleted(dict(reversed(rows.items())), len(directories))
+    rows.pop(Project)
+    return Deleted(_most_first(rows), len(directories))
 
 
 @dataclass
@@ -146,15 +155,15 @@ def _keys_to(model: type[models.Model]) -> list[models.ForeignKey]:
             if field.is_relation and (field.many_to_one or field.one_to_one) and field.remote_field.model is model]
 
 
+def _most_first(rows: dict[type[models.Model], int]) -> dict[type[models.Model], int]:
+    return dict(sorted(rows.items(), key=lambda row: (-row[1], name(row[0]))))
+
+
 def _artifact_models() -> dict[str, type[models.Model]]:
     found = dict(_ARTIFACTS)
     if apps.is_installed("trainingjobs"):
         found["jobs"] = apps.get_model("trainingjobs", "TrainingJob")
     return found
-
-
-def _name(model: type[models.Model]) -> str:
-    return str(model._meta.verbose_name_plural)
 
 
 def _remove(directories: list[str]) -> None:

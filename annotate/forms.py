@@ -119,6 +119,23 @@ class MemberForm(forms.Form):
         return user
 
 
+class ProjectDeleteForm(forms.Form):
+    """Deleting is for good: the admin types the project's slug, as GitHub asks for a repository's name."""
+
+    confirm = forms.CharField(label="Type the project's slug to confirm", max_length=100, strip=True)
+
+    def __init__(self, *args, project: Project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.project = project
+        self.fields["confirm"].widget.attrs.update(autocomplete="off", spellcheck="false")
+
+    def clean_confirm(self):
+        typed = self.cleaned_data["confirm"]
+        if typed != self.project.slug:
+            raise ValidationError(f"That is not {self.project.slug!r}; nothing was deleted.")
+        return typed
+
+
 class VersionForm(forms.Form):
     version = forms.ModelChoiceField(queryset=None, label="Model version that predicts", empty_label=None)
 

@@ -14,6 +14,7 @@ urlpatterns = [
     path("projects/new/", projects.project_create, name="project_create"),
     path(project, pages.project_detail, name="project_detail"),
     path(project + "settings/", projects.project_settings, name="project_settings"),
+    path(project + "delete/", projects.project_delete, name="project_delete"),
     path(project + "members/", projects.member_add, name="member_add"),
     path(project + "members/<int:pk>/remove/", projects.member_remove, name="member_remove"),
     path(project + "version/", projects.version_select, name="version_select"),

@@ -1,7 +1,9 @@
 """Creating and configuring projects (project admins): tool and mode, configuration, guidelines, members,
-and which model version predicts."""
+which model version predicts, and deleting a project."""
 
 from __future__ import annotations
+
+import logging
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -12,9 +14,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from annotate.forms import MemberForm, ProjectForm, VersionForm
+from annotate import deletion
+from annotate.forms import MemberForm, ProjectDeleteForm, ProjectForm, VersionForm
 from annotate.models import Claim, Membership, ModelVersion, Role
 from annotate.views import access
+
+logger = logging.getLogger(__name__)
 
 
 @require_http_methods(["GET", "POST"])
@@ -82,6 +87,29 @@ def member_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
                     f"their answers are kept.") if held else ""
         messages.success(request, f"{name} was removed from {project.name}.{released}")
     return redirect("project_settings", slug=project.slug)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
+    """What deleting the project would remove, and (POST, the slug typed) deleting it with its files."""
+    project = access.admin_project(request, slug)
+    form = ProjectDeleteForm(request.POST or None, project=project)
+    blockers = deletion.blockers(project)
+    if request.method == "POST" and form.is_valid() and not blockers:
+        try:
+            deleted = deletion.delete_project(project)
+        except deletion.ProjectBusy as exc:  # work started since the page was read
+            blockers = [str(exc)]
+        else:
+            logger.info("project %s (%s) deleted by %s: %s", project.slug, project.pk, request.user, deleted)
+            messages.success(request, f"Project {project.name} was deleted with {deleted}.")
+            return redirect("home")
+    context = {"project": project, "form": form, "blockers": blockers,
+               "rows": [(deletion.name(model, count), count) for model, count in deletion.summary(project).items()
+                        if count]}
+    status = 409 if request.method == "POST" and blockers else 400 if request.method == "POST" else 200
+    return render(request, "annotate/project_delete.html", context, status=status)
 
 
 @require_POST

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from django.apps import apps
 from django.db import transaction
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from annotate import deletion, storage
@@ -104,7 +106,7 @@ def test_every_model_that_goes_with_a_project_has_rows_here(doomed) -> None:
     """So the comparison below covers them all: a model added later with no row in `_full_project` fails this."""
     counts = deletion.summary(doomed)
     assert counts and all(counts.values()), counts
-    assert set(counts) >= {"items", "answers", "answer revisions", "predictions", "model versions"}
+    assert set(counts) >= {Item, Answer, AnswerRevision, Prediction, ModelVersion, Membership, TrainingJob, LossPoint}
 
 
 def test_deleting_leaves_the_database_as_djangos_cascade_does(doomed, kept) -> None:
@@ -119,8 +121,8 @@ def test_deleting_leaves_the_database_as_djangos_cascade_does(doomed, kept) -> N
     deleted = deletion.delete_project(doomed)
 
     assert _rows() == expected
-    assert deleted.rows["items"] == 3 and deleted.rows["answers"] == 2 and deleted.rows["training jobs"] == 1
-    assert "3 items" in str(deleted) and "2 answers" in str(deleted)
+    assert deleted.rows[Item] == 3 and deleted.rows[Answer] == 2 and deleted.rows[TrainingJob] == 1
+    assert str(deleted).startswith("3 items, 3 predictions, ") and str(deleted).endswith(", 1 training job")
     assert set(ModelVersion.objects.filter(project=kept).values_list("parent", flat=True)) == {None}
     assert Item.objects.filter(project=kept).count() == 3
 
@@ -168,3 +170,98 @@ def test_deleting_twice_deletes_nothing_the_second_time(doomed) -> None:
     deletion.delete_project(doomed)
     again = deletion.delete_project(doomed)
     assert again.rows == {} and again.directories == 0 and str(again) == "nothing else"
+
+
+# The site's Delete project (settings page) and the Django admin's Delete, both through `annotate.deletion`.
+
+
+def test_the_settings_page_leads_to_the_delete_page(client, doomed, project_admin) -> None:
+    client.force_login(project_admin)
+    page = client.get(reverse("project_settings", args=[doomed.slug])).content.decode()
+    assert reverse("project_delete", args=[doomed.slug]) in page and "Delete project" in page
+
+
+def test_the_delete_page_counts_what_goes_and_asks_for_the_slug(client, doomed, project_admin) -> None:
+    client.force_login(project_admin)
+    response = client.get(reverse("project_delete", args=[doomed.slug]))
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "<td>Items</td><td class=\"num\">3</td>" in page and "<td>Answer revisions</td>" in page
+    assert "Type <code>doomed</code> to confirm" in page and 'id="delete-project"' in page
+
+
+def test_a_wrong_slug_deletes_nothing(client, doomed, project_admin) -> None:
+    client.force_login(project_admin)
+    response = client.post(reverse("project_delete", args=[doomed.slug]), {"confirm": "Doomed"})
+    assert response.status_code == 400
+    assert "That is not &#x27;doomed&#x27;; nothing was deleted." in response.content.decode()
+    assert Project.objects.filter(pk=doomed.pk).exists() and Item.objects.filter(project=doomed).count() == 3
+
+
+def test_the_typed_slug_deletes_the_project_its_rows_and_files(client, doomed, kept, project_admin,
+                                                               django_capture_on_commit_callbacks) -> None:
+    client.force_login(project_admin)
+    before = _directories()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("project_delete", args=[doomed.slug]), {"confirm": " doomed "}, follow=True)
+    assert response.redirect_chain == [(reverse("home"), 302)]
+    page = response.content.decode()
+    assert "Project Doomed was deleted with" in page and "3 items" in page and "2 answers" in page
+    assert not Project.objects.filter(pk=doomed.pk).exists() and not Item.objects.filter(project_id=doomed.pk)
+    assert Item.objects.filter(project=kept).count() == 3
+    assert len(before - _directories()) == 6 and _directories() < before
+    assert client.get(reverse("project_detail", args=[doomed.slug])).status_code == 404
+
+
+def test_only_the_projects_admins_may_delete_it(client, doomed, reviewer, outsider) -> None:
+    url = reverse("project_delete", args=[doomed.slug])
+    assert client.get(url).status_code == 302  # signed out: to the sign-in page
+    client.force_login(reviewer)
+    assert client.get(url).status_code == 403
+    assert client.post(url, {"confirm": doomed.slug}).status_code == 403
+    client.force_login(outsider)
+    assert client.get(url).status_code == 404
+    assert client.post(url, {"confirm": doomed.slug}).status_code == 404
+    assert Project.objects.filter(pk=doomed.pk).exists()
+
+
+def test_deleting_needs_the_csrf_token(doomed, project_admin) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(project_admin)
+    response = client.post(reverse("project_delete", args=[doomed.slug]), {"confirm": doomed.slug})
+    assert response.status_code == 403
+    assert Project.objects.filter(pk=doomed.pk).exists()
+
+
+def test_unfinished_work_is_named_and_the_form_is_not_offered(client, doomed, project_admin) -> None:
+    job = TrainingJob.objects.create(project=doomed, state=JobState.RUNNING)
+    client.force_login(project_admin)
+    page = client.get(reverse("project_delete", args=[doomed.slug])).content.decode()
+    assert f"training job {job.pk} is running (cancel it on the training page)" in page
+    assert 'id="delete-project"' not in page
+
+    response = client.post(reverse("project_delete", args=[doomed.slug]), {"confirm": doomed.slug})
+    assert response.status_code == 409 and f"training job {job.pk} is running" in response.content.decode()
+    assert Project.objects.filter(pk=doomed.pk).exists()
+
+
+def test_the_django_admin_counts_rows_and_deletes_through_the_service(client, doomed, kept,
+                                                                      django_user_model) -> None:
+    staff = django_user_model.objects.create_superuser("root", password="a-long-password")
+    client.force_login(staff)
+    url = reverse("admin:annotate_project_delete", args=[doomed.pk])
+    page = client.get(url).content.decode()
+    assert "Doomed: 3 items, 3 predictions, 2 answer revisions, 2 answers, " in page and "1 training job<" in page
+    assert "decision_input" not in page and "Item object" not in page  # no line per row
+
+    job = TrainingJob.objects.create(project=doomed, state=JobState.PENDING)
+    page = client.get(url).content.decode()
+    assert f"Doomed: training job {job.pk} is waiting" in page  # shown as what protects it
+    refused = client.post(url, {"post": "yes"})  # Django shows the page again, deleting nothing
+    assert f"Doomed: training job {job.pk} is waiting" in refused.content.decode()
+    assert Project.objects.filter(pk=doomed.pk).exists()
+    job.delete()
+
+    response = client.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert not Project.objects.filter(pk=doomed.pk).exists() and Project.objects.filter(pk=kept.pk).exists()

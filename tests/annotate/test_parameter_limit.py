@@ -70,7 +70,7 @@ def test_a_project_of_more_items_than_one_statement_takes_is_deleted(project, re
 
     deleted = deletion.delete_project(project)
 
-    names = ("items", "predictions", "answers", "answer revisions")
-    assert {name: deleted.rows[name] for name in names} == dict.fromkeys(names, MANY)
+    kinds = (Item, Prediction, Answer, AnswerRevision)
+    assert {kind: deleted.rows[kind] for kind in kinds} == dict.fromkeys(kinds, MANY)
     assert not (Project.objects.exists() or Item.objects.exists() or Prediction.objects.exists()
                 or Answer.objects.exists())
