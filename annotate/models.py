@@ -494,6 +494,9 @@ class ApiToken(models.Model):
 
     objects = ApiTokenQuerySet.as_manager()
 
+    class Meta:
+        verbose_name = "API token"  # not "Api token", in the admin and on a project's delete page
+
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.name or self.user})"
 

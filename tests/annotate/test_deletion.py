@@ -3,11 +3,13 @@ another project keeps every row and file, files go only once the rows have, and 
 
 from __future__ import annotations
 
+import io
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.apps import apps
+from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.test import Client
 from django.urls import reverse
@@ -187,6 +189,7 @@ def test_the_delete_page_counts_what_goes_and_asks_for_the_slug(client, doomed, 
     page = response.content.decode()
     assert response.status_code == 200
     assert "<td>Items</td><td class=\"num\">3</td>" in page and "<td>Answer revisions</td>" in page
+    assert "<td>API token</td>" in page
     assert "Type <code>doomed</code> to confirm" in page and 'id="delete-project"' in page
 
 
@@ -265,3 +268,28 @@ def test_the_django_admin_counts_rows_and_deletes_through_the_service(client, do
     response = client.post(url, {"post": "yes"})
     assert response.status_code == 302
     assert not Project.objects.filter(pk=doomed.pk).exists() and Project.objects.filter(pk=kept.pk).exists()
+
+
+def _command(*args) -> str:
+    out = io.StringIO()
+    call_command("delete_project", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def test_the_command_shows_what_goes_and_deletes_only_with_yes(doomed, kept) -> None:
+    assert _command("doomed").startswith("Deleting Doomed would remove 3 items, 3 predictions, ")
+    assert Project.objects.filter(pk=doomed.pk).exists()
+
+    out = _command("doomed", "--yes")
+
+    assert out.startswith("Deleted Doomed with 3 items, ") and "(6 artifact directories)" in out
+    assert not Project.objects.filter(pk=doomed.pk).exists() and Project.objects.filter(pk=kept.pk).exists()
+
+
+def test_the_command_refuses_an_unknown_or_busy_project(doomed) -> None:
+    with pytest.raises(CommandError, match="no project with slug 'nope'"):
+        _command("nope", "--yes")
+    job = TrainingJob.objects.create(project=doomed, state=JobState.RUNNING)
+    with pytest.raises(CommandError, match=f"training job {job.pk} is running"):
+        _command("doomed", "--yes")
+    assert Project.objects.filter(pk=doomed.pk).exists()

@@ -1,0 +1,62 @@
+"""Deleting a project in a real browser: from the settings page, the counts, a wrong slug refused, a running
+training job named as the reason, then the project gone from the home page with its files. Screenshots of each
+state go to the `artifacts` folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from annotate import storage
+from annotate.models import Project
+from tests.annotate.test_deletion import _full_project
+from tests.e2e.conftest import PASSWORD, sign_in
+from trainingjobs.models import JobState, TrainingJob
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_an_admin_deletes_a_project_after_typing_its_slug(page, artifacts, django_user_model) -> None:
+    ada = django_user_model.objects.create_user("ada", password=PASSWORD)
+    rita = django_user_model.objects.create_user("rita", password=PASSWORD)
+    doomed = _full_project("outages", rita, ada)
+    _full_project("incidents", rita, ada)
+    job = TrainingJob.objects.create(project=doomed, state=JobState.RUNNING)
+    ours = {storage.relative_name("models", pk) for pk in doomed.versions.values_list("pk", flat=True)}
+    assert all((Path(storage.root()) / name).is_dir() for name in ours)
+
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/outages/settings/")
+    page.locator("#delete-section").scroll_into_view_if_needed()
+    page.screenshot(path=artifacts / "0-settings.png")
+    page.get_by_role("button", name="Delete project…").click()
+    page.wait_for_url("**/projects/outages/delete/")
+    blockers = page.locator("#delete-blockers")
+    assert f"training job {job.pk} is running" in blockers.inner_text()
+    assert page.locator("#delete-project").count() == 0
+    page.screenshot(path=artifacts / "1-blocked-by-a-running-job.png", full_page=True)
+
+    job.state = JobState.CANCELLED
+    job.save(update_fields=["state"])
+    page.reload()
+    summary = page.locator("#delete-summary").inner_text()
+    assert "Items\t3" in summary and "Answers\t2" in summary and "Training jobs\t2" in summary
+    confirm = page.get_by_label("Type outages to confirm")
+    confirm.fill("Outages")
+    page.locator("#delete-project").click()
+    page.wait_for_selector("#id_confirm + .errorlist, .errorlist")
+    assert "That is not 'outages'; nothing was deleted." in page.locator(".errorlist").inner_text()
+    page.screenshot(path=artifacts / "2-wrong-slug.png", full_page=True)
+    assert Project.objects.filter(slug="outages").exists()
+
+    page.get_by_label("Type outages to confirm").fill("outages")
+    page.get_by_label("Type outages to confirm").press("Enter")
+    page.wait_for_url(f"{page.base_url}/")
+    message = page.get_by_role("status").first.inner_text()
+    assert message.startswith("Project Outages was deleted with 3 items, 3 predictions, ")
+    assert page.get_by_role("link", name="Incidents").count() == 1
+    assert page.get_by_role("link", name="Outages").count() == 0
+    page.screenshot(path=artifacts / "3-deleted.png", full_page=True)
+    assert not Project.objects.filter(slug="outages").exists()
+    assert not any((Path(storage.root()) / name).exists() for name in ours)
