@@ -332,3 +332,12 @@ def test_counts_at_team_scale_are_grouped_by_thousands(client, project, project_
     assert "<strong>1,234</strong>" in page and "<strong>1,234</strong>" in progress
     assert "<td>rita</td><td>0</td><td>0</td><td>1,234</td>" in page  # the admin's table of reviewers
     assert 'max="1234"' in page  # numbers a browser reads stay plain
+
+
+@pytest.mark.django_db
+def test_an_accepted_uploads_counts_are_grouped_by_thousands(client, project, project_admin) -> None:
+    row = ExperienceUpload.objects.create(project=project, uploaded_by=project_admin, original_name="big.json",
+                                          state="ACCEPTED", summary={"supervisions": 12345, "calls": 1000})
+    client.force_login(project_admin)
+    page = client.get(reverse("upload_status", args=[project.slug, row.pk]), HTTP_HX_REQUEST="true")
+    assert "12,345 supervision records in 1,000 calls" in page.content.decode()
