@@ -293,3 +293,17 @@ def test_the_command_refuses_an_unknown_or_busy_project(doomed) -> None:
     with pytest.raises(CommandError, match=f"training job {job.pk} is running"):
         _command("doomed", "--yes")
     assert Project.objects.filter(pk=doomed.pk).exists()
+
+
+def test_the_django_admins_delete_selected_action_deletes_each_through_the_service(client, doomed, kept,
+                                                                                   django_user_model) -> None:
+    staff = django_user_model.objects.create_superuser("root", password="a-long-password")
+    client.force_login(staff)
+    url = reverse("admin:annotate_project_changelist")
+    chosen = {"action": "delete_selected", "_selected_action": [doomed.pk, kept.pk]}
+    page = client.post(url, chosen).content.decode()
+    assert "Doomed: 3 items, " in page and "Kept: 3 items, " in page
+
+    client.post(url, {**chosen, "post": "yes"})
+
+    assert not Project.objects.exists() and not Item.objects.exists()
