@@ -16,7 +16,6 @@ import graphlib
 import logging
 import shutil
 from dataclasses import dataclass
-from datetime import timedelta
 from functools import reduce
 from operator import or_
 
@@ -32,11 +31,14 @@ logger = logging.getLogger(__name__)
 
 # Each artifact kind and the model whose rows name its directories (`storage.relative_name(kind, pk)`).
 _ARTIFACTS = {"models": ModelVersion, "exports": Export, "uploads": ExperienceUpload, "model-uploads": ModelUpload}
-EXPORT_TIME_LIMIT = timedelta(hours=1)  # `run_export`'s hard limit: an export started earlier is no longer running
 
 
 class ProjectBusy(Exception):
-    """Work that would write into the project is still waiting or running; nothing was deleted."""
+    """Work that would write into the project is still waiting or running (`reasons`); nothing was deleted."""
+
+    def __init__(self, project: Project, reasons: list[str]):
+        super().__init__(f"{project.name} cannot be deleted yet: {'; '.join(reasons)}.")
+        self.reasons = reasons
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ def blockers(project: Project) -> list[str]:
             found.append(f"training job {pk} is {'waiting' if state == 'PENDING' else 'running'} "
                          "(cancel it on the training page)")
     running = Export.objects.filter(project=project, state=ExportState.RUNNING,
-                                    started_at__gt=timezone.now() - EXPORT_TIME_LIMIT)
+                                    started_at__gt=timezone.now() - Export.TIME_LIMIT)
     found += [f"export {pk} is being written" for pk in running.order_by("pk").values_list("pk", flat=True)]
     return found
 
@@ -92,12 +94,12 @@ def delete_project(project: Project) -> Deleted:
             return Deleted({}, 0)
         busy = blockers(project)
         if busy:
-            raise ProjectBusy(f"{project.name} cannot be deleted yet: {'; '.join(busy)}.")
+            raise ProjectBusy(project, busy)
         plan = _plan(project)
         directories = [storage.relative_name(kind, pk) for kind, model in _artifact_models().items()
                        for pk in plan.doomed[model].values_list("pk", flat=True)]
-        for field, rows in plan.set_null:
-            rows.update(**{field.name: None})
+        for field, pointing in plan.set_null:
+            pointing.update(**{field.name: None})
         rows = {}
         for model in reversed(plan.order):  # children first: their subqueries still find their parents
             rows[model] = plan.doomed[model]._raw_delete(plan.doomed[model].db)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -525,6 +526,8 @@ class ExportFormat(models.TextChoices):
 
 class Export(models.Model):
     """An export of a project's answers; its files are under `exports/<id>/` with a manifest.json."""
+
+    TIME_LIMIT = timedelta(hours=1)  # `run_export`'s hard limit: one started longer ago is no longer running
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="exports")
     requested_by = models.ForeignKey(

@@ -93,7 +93,8 @@ def _predict(version: ModelVersion, items: list[Item]) -> list[dict | None]:
     return [result for item in items for result in _predict(version, [item])]
 
 
-@shared_task(time_limit=3600, soft_time_limit=3500, **RETRY)
+@shared_task(time_limit=Export.TIME_LIMIT.total_seconds(), soft_time_limit=Export.TIME_LIMIT.total_seconds() - 100,
+             **RETRY)
 def run_export(export_id: int) -> str:
     """Write an export's files (see `annotate.export.run`); returns its final state."""
     from annotate import export as exports

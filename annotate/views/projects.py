@@ -100,7 +100,7 @@ def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
         try:
             deleted = deletion.delete_project(project)
         except deletion.ProjectBusy as exc:  # work started since the page was read
-            blockers = [str(exc)]
+            blockers = exc.reasons
         else:
             logger.info("project %s (%s) deleted by %s: %s", project.slug, project.pk, request.user, deleted)
             messages.success(request, f"Project {project.name} was deleted with {deleted}.")

@@ -163,7 +163,7 @@ def test_an_export_being_written_blocks_until_its_time_limit_has_passed(doomed) 
     export = Export.objects.create(project=doomed, state=ExportState.RUNNING, started_at=timezone.now())
     assert deletion.blockers(doomed) == [f"export {export.pk} is being written"]
 
-    export.started_at = timezone.now() - deletion.EXPORT_TIME_LIMIT - timedelta(minutes=1)  # its worker was killed
+    export.started_at = timezone.now() - Export.TIME_LIMIT - timedelta(minutes=1)  # its worker was killed
     export.save(update_fields=["started_at"])
     assert deletion.blockers(doomed) == []
 
