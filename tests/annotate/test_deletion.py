@@ -307,3 +307,14 @@ def test_the_django_admins_delete_selected_action_deletes_each_through_the_servi
     client.post(url, {**chosen, "post": "yes"})
 
     assert not Project.objects.exists() and not Item.objects.exists()
+
+
+def test_work_started_after_the_page_was_read_is_named_too(client, doomed, project_admin, monkeypatch) -> None:
+    def busy(project):
+        raise deletion.ProjectBusy(project, ["training job 9 is waiting (cancel it on the training page)"])
+
+    monkeypatch.setattr(deletion, "delete_project", busy)  # the job was launched between the check and the lock
+    client.force_login(project_admin)
+    response = client.post(reverse("project_delete", args=[doomed.slug]), {"confirm": doomed.slug})
+    assert response.status_code == 409
+    assert "<li>training job 9 is waiting (cancel it on the training page)</li>" in response.content.decode()
