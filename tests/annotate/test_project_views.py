@@ -7,10 +7,23 @@ import json
 import pytest
 from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from annotate import queue
-from annotate.models import Answer, AnswerKind, ExperienceUpload, Export, ExportState, Item, Membership, Project, Role
+from annotate.models import (
+    Answer,
+    AnswerKind,
+    ExperienceUpload,
+    Export,
+    ExportState,
+    Item,
+    ItemStatus,
+    Membership,
+    Project,
+    Role,
+)
 from tests.annotate.conftest import DECISION_INPUT
 from tests.annotate.conftest import make_ready_items as ready_items
 
@@ -39,6 +52,28 @@ def test_home_lists_members_projects_with_progress(client, project, reviewer, ou
     assert "Outages" in page and "Hidden project" not in page
     assert "0 of 2 items finished" in page
     assert reverse("review_next", args=[project.slug]) in page
+
+
+@pytest.mark.django_db
+def test_home_counts_each_projects_items_by_status_in_the_same_queries_for_any_number(
+        client, project, reviewer, django_assert_num_queries) -> None:
+    done, skipped, ready = ready_items(project, [0.1, 0.2, 0.3])
+    Item.objects.filter(pk=done.pk).update(status=ItemStatus.DONE)
+    Item.objects.filter(pk=skipped.pk).update(status=ItemStatus.SKIPPED)
+    client.force_login(reviewer)
+    client.get(reverse("home"))  # the session and the user, as on any later visit
+    with CaptureQueriesContext(connection) as one:
+        page = client.get(reverse("home")).content.decode()
+    assert "2 of 3 items finished" in page
+
+    for n in range(3):
+        other = Project.objects.create(slug=f"more-{n}", name=f"More {n}", tool="decision", mode="rank")
+        Membership.objects.create(project=other, user=reviewer, role=Role.ADMIN if n else Role.REVIEWER)
+        ready_items(other, [0.5] * (n + 1))
+    with django_assert_num_queries(len(one.captured_queries)):
+        page = client.get(reverse("home")).content.decode()
+    assert "2 of 3 items finished" in page and "0 of 3 items finished" in page and "0 of 1 item finished" in page
+    assert page.count(">admin<") == 2
 
 
 @pytest.mark.django_db
