@@ -70,7 +70,7 @@ def blockers(project: Project) -> list[str]:
 def summary(project: Project) -> dict[type[models.Model], int]:
     """Rows that would go with `project`, per model, most first; the project itself left out (one count each)."""
     plan = _plan(project)
-    return _most_first({model: plan.doomed[model].count() for model in plan.order if model is not Project})
+    return _most_first({model: plan.doomed[model].count() for model in plan.order if model is not Project}, plan)
 
 
 def name(model: type[models.Model], count: int = 2) -> str:
@@ -105,7 +105,7 @@ def delete_project(project: Project) -> Deleted:
             rows[model] = plan.doomed[model]._raw_delete(plan.doomed[model].db)
         transaction.on_commit(lambda: _remove(directories))
     rows.pop(Project)
-    return Deleted(_most_first(rows), len(directories))
+    return Deleted(_most_first(rows, plan), len(directories))
 
 
 @dataclass
@@ -117,14 +117,14 @@ class _Plan:
 
 def _plan(project: Project) -> _Plan:
     cascades: dict[type[models.Model], list[models.ForeignKey]] = {}  # child -> its CASCADE keys into doomed
-    reached, frontier = {Project}, [Project]
+    reached, frontier = {Project: None}, [Project]  # a dict, not a set: the same order on every run
     while frontier:
         parent = frontier.pop()
         for field in _keys_to(parent):
             if field.remote_field.on_delete is models.CASCADE:
                 cascades.setdefault(field.model, []).append(field)
                 if field.model not in reached:
-                    reached.add(field.model)
+                    reached[field.model] = None
                     frontier.append(field.model)
     graph = {model: {field.remote_field.model for field in cascades.get(model, [])} for model in reached}
     order = list(graphlib.TopologicalSorter(graph).static_order())  # a CASCADE cycle raises CycleError
@@ -157,8 +157,9 @@ def _keys_to(model: type[models.Model]) -> list[models.ForeignKey]:
             if field.is_relation and (field.many_to_one or field.one_to_one) and field.remote_field.model is model]
 
 
-def _most_first(rows: dict[type[models.Model], int]) -> dict[type[models.Model], int]:
-    return dict(sorted(rows.items(), key=lambda row: (-row[1], name(row[0]))))
+def _most_first(rows: dict[type[models.Model], int], plan: _Plan) -> dict[type[models.Model], int]:
+    """Most rows first; of equal counts, parents before children ("12 items, 12 predictions")."""
+    return dict(sorted(rows.items(), key=lambda row: (-row[1], plan.order.index(row[0]))))
 
 
 def _artifact_models() -> dict[str, type[models.Model]]:

@@ -124,7 +124,8 @@ def test_deleting_leaves_the_database_as_djangos_cascade_does(doomed, kept) -> N
 
     assert _rows() == expected
     assert deleted.rows[Item] == 3 and deleted.rows[Answer] == 2 and deleted.rows[TrainingJob] == 1
-    assert str(deleted).startswith("3 items, 3 predictions, ") and str(deleted).endswith(", 1 training job")
+    assert str(deleted).startswith("3 items, 3 predictions, ") and ", 2 answers, 2 answer revisions, " in str(deleted)
+    assert ", 1 training job, " in str(deleted)
     assert set(ModelVersion.objects.filter(project=kept).values_list("parent", flat=True)) == {None}
     assert Item.objects.filter(project=kept).count() == 3
 
@@ -254,7 +255,8 @@ def test_the_django_admin_counts_rows_and_deletes_through_the_service(client, do
     client.force_login(staff)
     url = reverse("admin:annotate_project_delete", args=[doomed.pk])
     page = client.get(url).content.decode()
-    assert "Doomed: 3 items, 3 predictions, 2 answer revisions, 2 answers, " in page and "1 training job<" in page
+    assert "Doomed: 3 items, 3 predictions, " in page and "2 answers, 2 answer revisions" in page
+    assert "1 training job," in page
     assert "decision_input" not in page and "Item object" not in page  # no line per row
 
     job = TrainingJob.objects.create(project=doomed, state=JobState.PENDING)
