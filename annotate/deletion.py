@@ -21,11 +21,12 @@ from operator import or_
 
 from django.apps import apps
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
+from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
 from annotate import storage
-from annotate.models import ExperienceUpload, Export, ExportState, ModelUpload, ModelVersion, Project
+from annotate.models import Claim, ExperienceUpload, Export, ExportState, ModelUpload, ModelVersion, Project
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,17 @@ def blockers(project: Project) -> list[str]:
                                     started_at__gt=timezone.now() - Export.TIME_LIMIT)
     found += [f"export {pk} is being written" for pk in running.order_by("pk").values_list("pk", flat=True)]
     return found
+
+
+def in_progress(project: Project) -> str:
+    """Who is labelling in `project` right now (claims not yet expired), for the confirmation; "" if nobody."""
+    active = Claim.objects.filter(item__project=project, expires_at__gt=timezone.now())
+    counts = active.aggregate(items=Count("item", distinct=True), reviewers=Count("reviewer", distinct=True))
+    if not counts["items"]:
+        return ""
+    reviewers, items = counts["reviewers"], counts["items"]
+    return (f"{reviewers:,} reviewer{pluralize(reviewers)} {'is' if reviewers == 1 else 'are'} labelling "
+            f"{items:,} item{pluralize(items)} right now: what they have not submitted yet is lost.")
 
 
 def summary(project: Project) -> dict[type[models.Model], int]:

@@ -105,7 +105,7 @@ def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
             logger.info("project %s (%s) deleted by %s: %s", project.slug, project.pk, request.user, deleted)
             messages.success(request, f"Project {project.name} was deleted with {deleted}.")
             return redirect("home")
-    context = {"project": project, "form": form, "blockers": blockers,
+    context = {"project": project, "form": form, "blockers": blockers, "in_progress": deletion.in_progress(project),
                "rows": [(deletion.name(model, count), count) for model, count in deletion.summary(project).items()
                         if count]}
     status = 409 if request.method == "POST" and blockers else 400 if request.method == "POST" else 200

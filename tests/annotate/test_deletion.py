@@ -192,6 +192,16 @@ def test_the_delete_page_counts_what_goes_and_asks_for_the_slug(client, doomed, 
     assert "<td>Items</td><td class=\"num\">3</td>" in page and "<td>Answer revisions</td>" in page
     assert "<td>API token</td>" in page
     assert "Type <code>doomed</code> to confirm" in page and 'id="delete-project"' in page
+    assert "1 reviewer is labelling 1 item right now: what they have not submitted yet is lost." in page
+
+
+def test_the_delete_page_says_who_is_labelling_only_while_claims_last(doomed, second_reviewer) -> None:
+    item = doomed.items.order_by("-pk").first()
+    Claim.objects.create(item=item, reviewer=second_reviewer, expires_at=timezone.now() + timedelta(minutes=5))
+    assert deletion.in_progress(doomed) == ("2 reviewers are labelling 2 items right now: what they have not "
+                                            "submitted yet is lost.")
+    Claim.objects.filter(item__project=doomed).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert deletion.in_progress(doomed) == ""
 
 
 def test_a_wrong_slug_deletes_nothing(client, doomed, project_admin) -> None:

@@ -40,6 +40,7 @@ def test_an_admin_deletes_a_project_after_typing_its_slug(page, artifacts, djang
     job.state = JobState.CANCELLED
     job.save(update_fields=["state"])
     page.reload()
+    assert page.locator("#delete-in-progress").inner_text().startswith("1 reviewer is labelling 1 item right now")
     summary = page.locator("#delete-summary").inner_text()
     assert "Items\t3" in summary and "Answers\t2" in summary and "Training jobs\t2" in summary
     confirm = page.get_by_label("Type outages to confirm")
