@@ -20,13 +20,13 @@ from functools import reduce
 from operator import or_
 
 from django.apps import apps
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.db.models import Count, Q
 from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
 from annotate import storage
-from annotate.models import Claim, ExperienceUpload, Export, ExportState, ModelUpload, ModelVersion, Project
+from annotate.models import Claim, ExperienceUpload, Export, ExportState, Item, ModelUpload, ModelVersion, Project
 
 logger = logging.getLogger(__name__)
 
@@ -102,11 +102,14 @@ def delete_project(project: Project) -> Deleted:
     deletes nothing, so a repeated request is harmless.
     """
     with transaction.atomic():
-        if not list(Project.objects.select_for_update().filter(pk=project.pk).values_list("pk", flat=True)):
+        # NO KEY: a submit in flight checks its answer's project key on commit (FOR KEY SHARE), which a plain
+        # FOR UPDATE would block while this waits for the submit's item: a deadlock.
+        if not list(Project.objects.select_for_update(no_key=True).filter(pk=project.pk).values_list("pk", flat=True)):
             return Deleted({}, 0)
         busy = blockers(project)
         if busy:
             raise ProjectBusy(project, busy)
+        _lock_items(project)
         plan = _plan(project)
         directories = [storage.relative_name(kind, pk) for kind, model in _artifact_models().items()
                        for pk in plan.doomed[model].values_list("pk", flat=True)]
@@ -167,6 +170,23 @@ def _keys_to(model: type[models.Model]) -> list[models.ForeignKey]:
     return [field for other in apps.get_models(include_auto_created=True) if not other._meta.proxy
             for field in other._meta.local_concrete_fields
             if field.is_relation and (field.many_to_one or field.one_to_one) and field.remote_field.model is model]
+
+
+def _lock_items(project: Project) -> None:
+    """Lock the project's items before reading anything: a reviewer's submit holds its item's lock while it
+    writes, so the deletion waits for submits in flight and then deletes their answers too, and a later submit
+    or claim waits for the deletion and finds its item gone. Deleting the items under a submit instead would
+    leave its answer pointing at nothing, and the deletion would fail when it commits.
+
+    SQLite writes one transaction at a time, so there is nothing to lock there.
+    """
+    if not connection.features.has_select_for_update:
+        return
+    table, column = Item._meta.db_table, Item._meta.get_field("project").column
+    name = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM (SELECT 1 FROM {name(table)} WHERE {name(column)} = %s FOR UPDATE) "
+                       "AS locked", [project.pk])
 
 
 def _most_first(rows: dict[type[models.Model], int], plan: _Plan) -> dict[type[models.Model], int]:

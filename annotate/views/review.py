@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -22,6 +22,10 @@ from annotate import queue
 from annotate.forms import SkipForm, parse_target
 from annotate.models import Claim, Item, ItemStatus, Prediction, Project
 from annotate.views import access, display
+
+# An answer posted while its project was being deleted: the deletion locked the item first, so the answer
+# waited for it and then found the item gone.
+GONE = "This item is gone: its project was deleted while you were answering."
 
 
 @require_POST
@@ -71,6 +75,8 @@ def item_submit(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         return _invalid(request, project, item, " ".join(exc.messages))
     except queue.InvalidTarget as exc:
         return _invalid(request, project, item, f"The tool would not train on this target: {exc}")
+    except Item.DoesNotExist:
+        raise Http404(GONE) from None
     return _after_answer(request, project, item, outcome)
 
 
@@ -84,7 +90,10 @@ def item_skip(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     form = SkipForm(request.POST)
     if not form.is_valid():
         return _invalid(request, project, item, " ".join(form.errors.get("reason", ["Give a reason to skip."])))
-    outcome = queue.skip(item, request.user, form.cleaned_data["reason"])
+    try:
+        outcome = queue.skip(item, request.user, form.cleaned_data["reason"])
+    except Item.DoesNotExist:
+        raise Http404(GONE) from None
     return _after_answer(request, project, item, outcome)
 
 

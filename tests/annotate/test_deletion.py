@@ -4,6 +4,8 @@ another project keeps every row and file, files go only once the rows have, and 
 from __future__ import annotations
 
 import io
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -330,3 +332,74 @@ def test_work_started_after_the_page_was_read_is_named_too(client, doomed, proje
     response = client.post(reverse("project_delete", args=[doomed.slug]), {"confirm": doomed.slug})
     assert response.status_code == 409
     assert "<li>training job 9 is waiting (cancel it on the training page)</li>" in response.content.decode()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_submit_in_flight_is_waited_for_and_its_answer_goes_too(reviewer, project_admin) -> None:
+    """Without locking the items first, the deletion deleted the item under the submit's new answer and then
+    failed on commit (IntegrityError), deleting nothing."""
+    from django.db import connection, connections
+
+    doomed = _full_project("doomed", reviewer, project_admin)
+    item = doomed.items.order_by("pk").last()  # one nobody has answered yet
+    holding, go_on = threading.Event(), threading.Event()
+    outcome: dict = {}
+
+    def submit():
+        with transaction.atomic():  # as queue._finish: lock the item, write the answer, commit
+            locked = Item.objects.select_for_update().get(pk=item.pk)
+            Answer.objects.create(item=locked, reviewer=reviewer, kind="target", target="db", source="s")
+            holding.set()
+            go_on.wait(timeout=60)
+
+    def in_thread(name, work):
+        try:
+            outcome[name] = work()
+        except Exception as exc:  # noqa: BLE001 - the assertions below say what was expected
+            outcome[name] = exc
+        finally:
+            connections.close_all()
+
+    submitter = threading.Thread(target=in_thread, args=("submit", submit))
+    submitter.start()
+    assert holding.wait(timeout=60)
+    deleter = threading.Thread(target=in_thread, args=("deletion", lambda: deletion.delete_project(doomed)))
+    deleter.start()
+    deadline = time.monotonic() + 60
+    with connection.cursor() as cursor:  # until the deletion waits on the submit's lock
+        while deleter.is_alive() and time.monotonic() < deadline:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND wait_event_type = 'Lock'")
+            if cursor.fetchone()[0]:
+                break
+            go_on.wait(timeout=0.01)
+    assert deleter.is_alive()
+    go_on.set()
+    submitter.join(timeout=60)
+    deleter.join(timeout=60)
+
+    assert outcome["submit"] is None
+    assert isinstance(outcome["deletion"], deletion.Deleted), outcome["deletion"]
+    assert outcome["deletion"].rows[Answer] == 3
+    assert not Project.objects.filter(pk=doomed.pk).exists() and not Answer.objects.exists()
+
+
+@pytest.mark.parametrize("action", ["item_submit", "item_skip"])
+def test_an_answer_that_waited_for_a_deletion_gets_404(client, doomed, reviewer, monkeypatch, action) -> None:
+    """The deletion locks the items first: a submit or skip waiting on its item's lock then finds it gone."""
+    from annotate import queue
+
+    finish = queue._finish
+
+    def deleted_first(item, *args, **kwargs):
+        deletion.delete_project(Project.objects.get(pk=item.project_id))
+        return finish(item, *args, **kwargs)
+
+    monkeypatch.setattr(queue, "_finish", deleted_first)
+    item = doomed.items.order_by("pk").first()
+    client.force_login(reviewer)
+    form = {"choice": "db", "reason": "unclear"} if action == "item_skip" else {"choice": "db"}
+    response = client.post(reverse(action, args=[doomed.slug, item.pk]), form)
+    assert response.status_code == 404
+    assert not Project.objects.filter(pk=doomed.pk).exists()
