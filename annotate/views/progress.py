@@ -8,18 +8,15 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
-from django.db.models import Count, Max
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from annotate import agreement
-from annotate.models import Answer, AnswerKind
 from annotate.progress import project_progress
 from annotate.views import access
 
-AGREEMENT_CACHE_SECONDS = 600
 PROGRESS_CACHE_SECONDS = 30
 
 
@@ -49,15 +46,9 @@ def progress(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @vary_on_headers("HX-Request")
 def progress_agreement(request: HttpRequest, slug: str) -> HttpResponse:
-    """Agreement between reviewers (`annotate.agreement.project_report`), cached until an answer changes."""
+    """Agreement between reviewers: the agreement page's report and cache (one computation serves both)."""
     project = access.member_project(request, slug)
-    targets = Answer.objects.filter(project=project, kind=AnswerKind.TARGET).order_by()
-    stamp = targets.aggregate(n=Count("id"), last=Max("updated_at"))
-    key = f"annotate:agreement:{project.pk}:{stamp['n']}:{stamp['last'].timestamp() if stamp['last'] else 0}"
-    report = cache.get(key)
-    if report is None:
-        report = agreement.project_report(project)
-        cache.set(key, report, AGREEMENT_CACHE_SECONDS)
+    report = agreement.cached_project_report(project)
     context = {"project": project, "report": report, "is_admin": project.is_admin(request.user)}
     template = "annotate/_progress_agreement.html" if request.htmx else "annotate/progress_agreement.html"
     return render(request, template, context)

@@ -160,6 +160,23 @@ def test_agreement_fragment(client, project, reviewer, second_reviewer) -> None:
     assert "<html" in full and "all reviewers agree" in full
 
 
+def test_the_progress_fragment_and_the_agreement_page_share_one_computation(
+        client, project, reviewer, second_reviewer, project_admin, monkeypatch) -> None:
+    from annotate import agreement
+
+    (item,) = make_ready_items(project, [0.1])
+    _answer(item, reviewer, AnswerKind.TARGET, timezone.now())
+    _answer(item, second_reviewer, AnswerKind.TARGET, timezone.now())
+    computed = []
+    compute = agreement.project_report
+    monkeypatch.setattr(agreement, "project_report", lambda p: computed.append(p.pk) or compute(p))
+    client.force_login(project_admin)
+
+    assert client.get(reverse("progress_agreement", args=[project.slug]), **HX).status_code == 200
+    assert client.get(reverse("agreement_page", args=[project.slug])).status_code == 200
+    assert computed == [project.pk]
+
+
 def _bearer(user, project) -> dict:
     from annotate.models import ApiToken
 
