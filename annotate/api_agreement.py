@@ -29,7 +29,8 @@ def project_agreement(request: HttpRequest, token: ApiToken, slug: str) -> JsonR
     """`GET /api/projects/<slug>/agreement`: the agreement page's figures, unrounded.
 
     `kappa` (Fleiss') and each pair's `kappa` (Cohen's) are null unless the measure is categorical, or when
-    kappa is undefined; `percent` is null with nothing compared.
+    kappa is undefined; `percent` is null with nothing compared. `computed_at` is when the figures were
+    computed; `stale` is true when answers changed since (a slow report is reused for up to 30 s).
     """
     project = _admin_project(token, slug, "reading agreement of")
     if isinstance(project, JsonResponse):
@@ -49,6 +50,8 @@ def project_agreement(request: HttpRequest, token: ApiToken, slug: str) -> JsonR
             for p in report.pairs
         ],
         **adjudication.disagreement_counts(project),
+        "computed_at": report.computed_at.isoformat() if report.computed_at else None,
+        "stale": report.stale,
     })
 
 

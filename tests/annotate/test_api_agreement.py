@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from annotate import api_agreement, queue
 from annotate.models import Adjudication, AdjudicationRevision, Answer, ApiToken, Item, Membership, Project, Role
@@ -68,6 +70,7 @@ def test_agreement_reports_the_measure_percent_kappa_pairs_and_counts(client, pr
     body = _get(client, "/api/projects/outages/agreement", admin_key).json()
 
     assert body["kappa"] == pytest.approx(-1 / 3)  # Fleiss: labels db/dns and db/db
+    assert body.pop("stale") is False and datetime.fromisoformat(body.pop("computed_at")) <= timezone.now()
     assert {k: v for k, v in body.items() if k != "kappa"} == {
         "measure": "categorical", "measure_name": "Percent agreement and kappa", "items": 2, "agreed": 1,
         "percent": 50.0, "mean_score": 0.5,
