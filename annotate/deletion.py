@@ -102,14 +102,15 @@ def delete_project(project: Project) -> Deleted:
     deletes nothing, so a repeated request is harmless.
     """
     with transaction.atomic():
-        # NO KEY: a submit in flight checks its answer's project key on commit (FOR KEY SHARE), which a plain
-        # FOR UPDATE would block while this waits for the submit's item: a deadlock.
-        if not list(Project.objects.select_for_update(no_key=True).filter(pk=project.pk).values_list("pk", flat=True)):
+        # The items before the project: a submit in flight holds its item and, as it commits, checks its
+        # answer's project key (FOR KEY SHARE); with the project locked first, each would wait for the other.
+        _lock_items(project)
+        # Then the project, which stops new rows pointing at it (a training job launched now) until this ends.
+        if not list(Project.objects.select_for_update().filter(pk=project.pk).values_list("pk", flat=True)):
             return Deleted({}, 0)
-        busy = blockers(project)
+        busy = blockers(project)  # read after the lock: a job launched before it is seen here
         if busy:
             raise ProjectBusy(project, busy)
-        _lock_items(project)
         plan = _plan(project)
         directories = [storage.relative_name(kind, pk) for kind, model in _artifact_models().items()
                        for pk in plan.doomed[model].values_list("pk", flat=True)]

@@ -337,8 +337,8 @@ def test_work_started_after_the_page_was_read_is_named_too(client, doomed, proje
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_submit_in_flight_is_waited_for_and_its_answer_goes_too(reviewer, project_admin) -> None:
-    """Without locking the items first, the deletion deleted the item under the submit's new answer and then
-    failed on commit (IntegrityError), deleting nothing."""
+    """Without locking the items, the deletion deleted the item under the submit's new answer and then failed on
+    commit (IntegrityError); locking the project before the items, the two deadlocked."""
     from django.db import connection, connections
 
     doomed = _full_project("doomed", reviewer, project_admin)
@@ -403,3 +403,57 @@ def test_an_answer_that_waited_for_a_deletion_gets_404(client, doomed, reviewer,
     response = client.post(reverse(action, args=[doomed.slug, item.pk]), form)
     assert response.status_code == 404
     assert not Project.objects.filter(pk=doomed.pk).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_training_job_launched_during_a_deletion_waits_for_it_and_fails(reviewer, project_admin,
+                                                                           monkeypatch) -> None:
+    """The project row is locked FOR UPDATE, so a new row pointing at it cannot commit under the deletion."""
+    from django.db import IntegrityError, connection, connections
+
+    doomed = _full_project("doomed", reviewer, project_admin)
+    locked, go_on = threading.Event(), threading.Event()
+    plan = deletion._plan
+
+    def plan_and_hold(project):
+        locked.set()  # the items and the project are locked by now
+        go_on.wait(timeout=60)
+        return plan(project)
+
+    monkeypatch.setattr(deletion, "_plan", plan_and_hold)
+    outcome: dict = {}
+
+    def in_thread(name, work):
+        try:
+            outcome[name] = work()
+        except Exception as exc:  # noqa: BLE001 - the assertions below say what was expected
+            outcome[name] = exc
+        finally:
+            connections.close_all()
+
+    def launch():
+        with transaction.atomic():
+            return TrainingJob.objects.create(project_id=doomed.pk, state=JobState.PENDING)
+
+    deleter = threading.Thread(target=in_thread, args=("deletion", lambda: deletion.delete_project(doomed)))
+    deleter.start()
+    assert locked.wait(timeout=60)
+    launcher = threading.Thread(target=in_thread, args=("launch", launch))
+    launcher.start()
+    deadline = time.monotonic() + 60
+    with connection.cursor() as cursor:  # until the launch's commit waits on the project's lock
+        while launcher.is_alive() and time.monotonic() < deadline:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND wait_event_type = 'Lock'")
+            if cursor.fetchone()[0]:
+                break
+            go_on.wait(timeout=0.01)
+    assert launcher.is_alive()
+    go_on.set()
+    deleter.join(timeout=60)
+    launcher.join(timeout=60)
+
+    assert isinstance(outcome["deletion"], deletion.Deleted), outcome["deletion"]
+    assert isinstance(outcome["launch"], IntegrityError), outcome["launch"]
+    assert not Project.objects.exists() and not TrainingJob.objects.exists()

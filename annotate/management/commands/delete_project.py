@@ -28,7 +28,7 @@ class Command(BaseCommand):
             raise CommandError(f"no project with slug {project!r}")
         busy = deletion.blockers(target)
         if busy:
-            raise CommandError(f"{target.name} cannot be deleted yet: {'; '.join(busy)}")
+            raise CommandError(str(deletion.ProjectBusy(target, busy)))
         if not yes:
             self.stdout.write(f"Deleting {target.name} would remove {deletion.counted(deletion.summary(target))}, "
                               "and their files. Run again with --yes to delete it.")
