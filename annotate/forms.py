@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from django import forms
@@ -108,15 +109,33 @@ class ProjectForm(forms.ModelForm):
 
 
 class MemberForm(forms.Form):
-    username = forms.CharField(label="Username", max_length=150)
+    """One or several users to add (or whose role to change): a team of 20 is pasted at once, not typed 20 times.
+
+    `cleaned_data["username"]` is the list of users, in the order given; an unknown name adds nobody.
+    """
+
+    MAX_NAMES = 500
+
+    username = forms.CharField(
+        label="Usernames", max_length=20_000,
+        widget=forms.Textarea(attrs={"rows": 2, "autocomplete": "off", "spellcheck": "false"}),
+        help_text="One or several, separated by commas, spaces or new lines; each gets the role chosen.")
     role = forms.ChoiceField(choices=Role.choices, initial=Role.REVIEWER)
 
     def clean_username(self):
-        name = self.cleaned_data["username"].strip()
-        user = get_user_model().objects.filter(username=name, is_active=True).first()
-        if user is None:
-            raise ValidationError(f"No active user named {name!r}.")
-        return user
+        names = list(dict.fromkeys(re.split(r"[\s,;]+", self.cleaned_data["username"].strip())))
+        names = [name for name in names if name]
+        if not names:
+            raise ValidationError("Give at least one username.")
+        if len(names) > self.MAX_NAMES:
+            raise ValidationError(f"{len(names):,} usernames at once; give at most {self.MAX_NAMES}.")
+        found = {user.get_username(): user
+                 for user in get_user_model().objects.filter(username__in=names, is_active=True)}
+        missing = [name for name in names if name not in found]
+        if missing:
+            shown = ", ".join(repr(name) for name in missing[:10]) + (" ..." if len(missing) > 10 else "")
+            raise ValidationError(f"No active user named {shown}; nobody was added.")
+        return [found[name] for name in names]
 
 
 class ProjectDeleteForm(forms.Form):

@@ -59,15 +59,21 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @login_required
 def member_add(request: HttpRequest, slug: str) -> HttpResponse:
-    """Add a member, or change an existing member's role."""
+    """Add members (one or several usernames), or change existing members' role."""
     project = access.admin_project(request, slug)
     form = MemberForm(request.POST)
     if not form.is_valid():
         return render(request, "annotate/project_form.html",
                       _settings_context(project, member_form=form), status=400)
-    user = form.cleaned_data["username"]
-    Membership.objects.update_or_create(project=project, user=user, defaults={"role": form.cleaned_data["role"]})
-    messages.success(request, f"{user.get_username()} is now a {form.cleaned_data['role']} of {project.name}.")
+    users, role = form.cleaned_data["username"], form.cleaned_data["role"]
+    with transaction.atomic():
+        for user in users:
+            Membership.objects.update_or_create(project=project, user=user, defaults={"role": role})
+    names = [user.get_username() for user in users]
+    if len(names) == 1:
+        messages.success(request, f"{names[0]} is now a {role} of {project.name}.")
+    else:
+        messages.success(request, f"{len(names):,} users are now {role}s of {project.name}: {', '.join(names)}.")
     return redirect("project_settings", slug=project.slug)
 
 

@@ -376,3 +376,26 @@ def test_an_accepted_uploads_counts_are_grouped_by_thousands(client, project, pr
     client.force_login(project_admin)
     page = client.get(reverse("upload_status", args=[project.slug, row.pk]), HTTP_HX_REQUEST="true")
     assert "12,345 supervision records in 1,000 calls" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_an_admin_adds_a_team_at_once_and_an_unknown_name_adds_nobody(client, project, project_admin,
+                                                                       django_user_model) -> None:
+    for name in ("tom", "uma", "vic"):
+        django_user_model.objects.create_user(name, password="a-long-password")
+    client.force_login(project_admin)
+    url = reverse("member_add", args=[project.slug])
+
+    refused = client.post(url, {"username": "tom, nobody\numa ghost", "role": "reviewer"})
+    assert refused.status_code == 400
+    assert "No active user named &#x27;nobody&#x27;, &#x27;ghost&#x27;; nobody was added." in refused.content.decode()
+    assert not Membership.objects.filter(project=project, user__username="tom").exists()
+
+    page = client.post(url, {"username": "tom, uma\nvic  tom;rita", "role": "reviewer"}, follow=True)
+    assert "4 users are now reviewers of Outages: tom, uma, vic, rita." in page.content.decode()
+    assert set(project.memberships.filter(role=Role.REVIEWER).values_list("user__username", flat=True)) >= {
+        "tom", "uma", "vic", "rita"}
+
+    client.post(url, {"username": "uma", "role": "admin"})
+    assert project.memberships.get(user__username="uma").role == Role.ADMIN
+    assert client.post(url, {"username": " , ", "role": "reviewer"}).status_code == 400

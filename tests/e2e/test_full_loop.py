@@ -78,7 +78,7 @@ def test_newcomer_walks_the_whole_loop(page, artifacts, eager_celery, redis_work
 
     page.get_by_role("link", name="Settings").click()
     page.get_by_label("Username").fill("rita")
-    page.get_by_role("button", name="Add or update member").click()
+    page.get_by_role("button", name="Add or update members").click()
     page.get_by_text("rita is now a reviewer").wait_for()
     assert project.role_of(rita) == Role.REVIEWER
 

@@ -260,7 +260,7 @@ def test_admin_creates_project_and_adds_a_reviewer(page, artifacts, users, djang
 
     page.get_by_role("link", name="Settings").click()
     page.get_by_label("Username").fill("rita")
-    page.get_by_role("button", name="Add or update member").click()
+    page.get_by_role("button", name="Add or update members").click()
     page.get_by_text("rita is now a reviewer").wait_for()
     page.screenshot(path=str(artifacts / "project-settings.png"), full_page=True)
 
