@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -146,6 +147,40 @@ def wait_for(condition: Callable[[], object], *, timeout: float, what: str) -> o
 @pytest.fixture
 def wait_until() -> Callable[..., object]:
     return wait_for
+
+
+def start_in_thread(outcome: dict, name: str, work: Callable[[], object]) -> threading.Thread:
+    """Start `work()` in a thread with database connections of its own (closed when it ends); what it returns,
+    or the exception it raises, lands in `outcome[name]`. For tests of two transactions meeting on a lock."""
+    from django.db import connections
+
+    def run() -> None:
+        try:
+            outcome[name] = work()
+        except Exception as exc:  # noqa: BLE001 - the test's assertions say what was expected
+            outcome[name] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    return thread
+
+
+def wait_for_a_lock_wait(thread: threading.Thread, *, timeout: float = 60) -> None:
+    """Until a session of the test database (PostgreSQL) waits on a lock, or `thread` has ended (the test's
+    next assertion then says what happened)."""
+    from django.db import connection
+
+    def waiting() -> bool:
+        if not thread.is_alive():
+            return True
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND wait_event_type = 'Lock'")
+            return bool(cursor.fetchone()[0])
+
+    wait_for(waiting, timeout=timeout, what=f"a lock wait while {thread.name} runs")
 
 
 def close_loop_connections() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from annotate.models import (
     Role,
 )
 from tests.annotate.conftest import decision_input
+from tests.conftest import start_in_thread, wait_for_a_lock_wait
 from trainingjobs.models import JobState, LossPoint, TrainingJob
 
 pytestmark = pytest.mark.django_db
@@ -339,8 +339,6 @@ def test_work_started_after_the_page_was_read_is_named_too(client, doomed, proje
 def test_a_submit_in_flight_is_waited_for_and_its_answer_goes_too(reviewer, project_admin) -> None:
     """Without locking the items, the deletion deleted the item under the submit's new answer and then failed on
     commit (IntegrityError); locking the project before the items, the two deadlocked."""
-    from django.db import connection, connections
-
     doomed = _full_project("doomed", reviewer, project_admin)
     item = doomed.items.order_by("pk").last()  # one nobody has answered yet
     holding, go_on = threading.Event(), threading.Event()
@@ -353,27 +351,10 @@ def test_a_submit_in_flight_is_waited_for_and_its_answer_goes_too(reviewer, proj
             holding.set()
             go_on.wait(timeout=60)
 
-    def in_thread(name, work):
-        try:
-            outcome[name] = work()
-        except Exception as exc:  # noqa: BLE001 - the assertions below say what was expected
-            outcome[name] = exc
-        finally:
-            connections.close_all()
-
-    submitter = threading.Thread(target=in_thread, args=("submit", submit))
-    submitter.start()
+    submitter = start_in_thread(outcome, "submit", submit)
     assert holding.wait(timeout=60)
-    deleter = threading.Thread(target=in_thread, args=("deletion", lambda: deletion.delete_project(doomed)))
-    deleter.start()
-    deadline = time.monotonic() + 60
-    with connection.cursor() as cursor:  # until the deletion waits on the submit's lock
-        while deleter.is_alive() and time.monotonic() < deadline:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                           "AND wait_event_type = 'Lock'")
-            if cursor.fetchone()[0]:
-                break
-            go_on.wait(timeout=0.01)
+    deleter = start_in_thread(outcome, "deletion", lambda: deletion.delete_project(doomed))
+    wait_for_a_lock_wait(deleter)
     assert deleter.is_alive()
     go_on.set()
     submitter.join(timeout=60)
@@ -410,7 +391,7 @@ def test_an_answer_that_waited_for_a_deletion_gets_404(client, doomed, reviewer,
 def test_a_training_job_launched_during_a_deletion_waits_for_it_and_fails(reviewer, project_admin,
                                                                            monkeypatch) -> None:
     """The project row is locked FOR UPDATE, so a new row pointing at it cannot commit under the deletion."""
-    from django.db import IntegrityError, connection, connections
+    from django.db import IntegrityError
 
     doomed = _full_project("doomed", reviewer, project_admin)
     locked, go_on = threading.Event(), threading.Event()
@@ -421,34 +402,16 @@ def test_a_training_job_launched_during_a_deletion_waits_for_it_and_fails(review
         go_on.wait(timeout=60)
         return plan(project)
 
-    monkeypatch.setattr(deletion, "_plan", plan_and_hold)
-    outcome: dict = {}
-
-    def in_thread(name, work):
-        try:
-            outcome[name] = work()
-        except Exception as exc:  # noqa: BLE001 - the assertions below say what was expected
-            outcome[name] = exc
-        finally:
-            connections.close_all()
-
     def launch():
         with transaction.atomic():
             return TrainingJob.objects.create(project_id=doomed.pk, state=JobState.PENDING)
 
-    deleter = threading.Thread(target=in_thread, args=("deletion", lambda: deletion.delete_project(doomed)))
-    deleter.start()
+    monkeypatch.setattr(deletion, "_plan", plan_and_hold)
+    outcome: dict = {}
+    deleter = start_in_thread(outcome, "deletion", lambda: deletion.delete_project(doomed))
     assert locked.wait(timeout=60)
-    launcher = threading.Thread(target=in_thread, args=("launch", launch))
-    launcher.start()
-    deadline = time.monotonic() + 60
-    with connection.cursor() as cursor:  # until the launch's commit waits on the project's lock
-        while launcher.is_alive() and time.monotonic() < deadline:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                           "AND wait_event_type = 'Lock'")
-            if cursor.fetchone()[0]:
-                break
-            go_on.wait(timeout=0.01)
+    launcher = start_in_thread(outcome, "launch", launch)
+    wait_for_a_lock_wait(launcher)  # its commit waits on the project's lock
     assert launcher.is_alive()
     go_on.set()
     deleter.join(timeout=60)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
 from annotate.models import ExperienceUpload, ModelVersion
+from tests.conftest import start_in_thread, wait_for_a_lock_wait
 from tests.trainingjobs.conftest import upload
 from tests.trainingjobs.test_runner import assert_same_weights, cancel_at, launch, weights
 from tests.trainingjobs.test_snapshot import sources_of
@@ -181,8 +181,6 @@ def test_django_admin_deletes_an_upload_as_the_project_page_removes_it(
 def test_a_removal_during_a_launch_waits_for_it_and_then_names_its_job(project, uploads, monkeypatch) -> None:
     """The launch locks the uploads it freezes until it commits; a removal locks its row before looking for jobs,
     so it waits, then sees the new job and refuses. Without the locks it would delete a file the job needs."""
-    from django.db import connection, connections
-
     from annotate import imports
 
     frozen, go_on = threading.Event(), threading.Event()
@@ -196,29 +194,10 @@ def test_a_removal_during_a_launch_waits_for_it_and_then_names_its_job(project, 
 
     monkeypatch.setattr(snapshot, "select_uploads", select_and_hold)
     outcome: dict = {}
-
-    def in_thread(name, work):
-        try:
-            outcome[name] = work()
-        except Exception as exc:  # noqa: BLE001 - the assertion below says what was expected
-            outcome[name] = exc
-        finally:
-            connections.close_all()
-
-    launcher = threading.Thread(target=in_thread, args=("job", lambda: launch(
-        project, include_uploads=True, enqueue=False)))
-    launcher.start()
+    launcher = start_in_thread(outcome, "job", lambda: launch(project, include_uploads=True, enqueue=False))
     assert frozen.wait(timeout=60)
-    remover = threading.Thread(target=in_thread, args=("removal", lambda: imports.remove_upload(uploads[0])))
-    remover.start()
-    deadline = time.monotonic() + 60
-    with connection.cursor() as cursor:  # wait until the removal is blocked on the launch's lock
-        while True:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                           "AND wait_event_type = 'Lock'")
-            if cursor.fetchone()[0] or not remover.is_alive() or time.monotonic() > deadline:
-                break
-            go_on.wait(timeout=0.01)
+    remover = start_in_thread(outcome, "removal", lambda: imports.remove_upload(uploads[0]))
+    wait_for_a_lock_wait(remover)  # the removal is blocked on the launch's lock
     assert remover.is_alive()
     go_on.set()
     launcher.join(timeout=60)
