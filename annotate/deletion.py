@@ -55,13 +55,8 @@ class Deleted:
 
 def blockers(project: Project) -> list[str]:
     """What must finish (or be cancelled) before `project` can go: a worker would otherwise write into it."""
-    found = []
-    if apps.is_installed("trainingjobs"):
-        TrainingJob = apps.get_model("trainingjobs", "TrainingJob")
-        for pk, state in TrainingJob.objects.filter(project=project, state__in=["PENDING", "RUNNING"]).order_by(
-                "pk").values_list("pk", "state"):
-            found.append(f"training job {pk} is {'waiting' if state == 'PENDING' else 'running'} "
-                         "(cancel it on the training page)")
+    found = [f"training job {job.pk} is {'waiting' if job.state == 'PENDING' else 'running'} "
+             "(cancel it on the training page)" for job in project.unfinished_training_jobs()]
     running = Export.objects.filter(project=project, state=ExportState.RUNNING,
                                     started_at__gt=timezone.now() - Export.TIME_LIMIT)
     found += [f"export {pk} is being written" for pk in running.order_by("pk").values_list("pk", flat=True)]

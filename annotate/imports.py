@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from django.apps import apps
 from django.conf import settings
 from django.db import connection, transaction
 
@@ -201,11 +200,7 @@ def remove_upload(upload: ExperienceUpload) -> None:
 
 def unfinished_jobs_with(upload: ExperienceUpload) -> list[int]:
     """Ids of the project's waiting or running training jobs that froze `upload` (none without the jobs app)."""
-    if not apps.is_installed("trainingjobs"):
-        return []
-    jobs = apps.get_model("trainingjobs", "TrainingJob").objects.filter(
-        project_id=upload.project_id, state__in=["PENDING", "RUNNING"])
-    return [pk for pk, frozen in jobs.values_list("pk", "train_uploads") if upload.pk in (frozen or [])]
+    return [job.pk for job in upload.project.unfinished_training_jobs() if upload.pk in (job.train_uploads or [])]
 
 
 def _import(project: Project, records: list[tuple[str, Any]], errors: list[str], *, predict: bool) -> ImportResult:

@@ -127,6 +127,17 @@ class Project(models.Model):
         answers = Answer.objects.filter(reviewer=models.OuterRef("pk"), project=self)
         return get_user_model().objects.filter(models.Exists(answers))
 
+    def unfinished_training_jobs(self) -> list:
+        """The project's waiting or running training jobs, oldest first (none without the jobs app): work that
+        still reads the project's uploads and writes into it."""
+        from django.apps import apps
+
+        if not apps.is_installed("trainingjobs"):
+            return []
+        jobs = apps.get_model("trainingjobs", "TrainingJob").objects.filter(
+            project=self, state__in=["PENDING", "RUNNING"])
+        return list(jobs.order_by("pk").only("pk", "state", "train_uploads"))
+
     def source_for(self, item_id: int, user) -> str:
         """Provenance of a review: `review:<project>/<item>/<reviewer>`."""
         return f"review:{self.slug}/{item_id}/{user.get_username()}"

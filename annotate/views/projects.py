@@ -114,7 +114,7 @@ def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
     context = {"project": project, "form": form, "blockers": blockers, "in_progress": deletion.in_progress(project),
                "rows": [(deletion.name(model, count), count) for model, count in deletion.summary(project).items()
                         if count]}
-    status = 409 if request.method == "POST" and blockers else 400 if request.method == "POST" else 200
+    status = 200 if request.method == "GET" else 409 if blockers else 400  # a POST that deleted returned above
     return render(request, "annotate/project_delete.html", context, status=status)
 
 
