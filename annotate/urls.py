@@ -52,3 +52,7 @@ for prefix, module in (("api/", "annotate.api_urls"), ("jobs/", "trainingjobs.ur
     except ModuleNotFoundError as exc:
         if exc.name != module:
             raise
+
+handler400 = "annotate.views.errors.bad_request"
+handler403 = "annotate.views.errors.permission_denied"
+handler404 = "annotate.views.errors.not_found"

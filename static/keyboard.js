@@ -211,8 +211,17 @@
     p.textContent = text;
     box.replaceChildren(p);
   }
+  // The site's error pages carry their reason in [data-error-reason] (templates/error.html): say that.
+  function reasonOf(xhr) {
+    var type = xhr && xhr.getResponseHeader("Content-Type") || "";
+    if (type.indexOf("text/html") !== 0) return "";
+    var found = new DOMParser().parseFromString(xhr.responseText, "text/html").querySelector("[data-error-reason]");
+    return found ? found.textContent.replace(/\s+/g, " ").trim() : "";
+  }
   document.addEventListener("htmx:responseError", function (event) {
     var status = event.detail.xhr ? event.detail.xhr.status : 0;
+    var reason = reasonOf(event.detail.xhr);
+    if (reason) return say(reason + " (HTTP " + status + ")");
     say(status === 403 ? "You are not allowed to do that here (HTTP 403). Nothing was changed."
       : status === 404 ? "This item or project is not available to you (HTTP 404)."
       : "The server could not complete this (HTTP " + status + "). Nothing on this page was lost: try again.");

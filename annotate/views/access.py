@@ -42,6 +42,7 @@ def member_item(request, slug: str, pk: int) -> tuple[Project, Item]:
         raise Http404("No such item.")
     item = hotpath.item_for_page(user, slug, pk, timezone.now())
     if item is None:
+        member_project(request, slug)  # "No such project." when that is why (deleted meanwhile, say)
         raise Http404("No such item.")
     _require_visible(user, item.viewer_role)
     project = item.project

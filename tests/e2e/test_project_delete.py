@@ -61,3 +61,27 @@ def test_an_admin_deletes_a_project_after_typing_its_slug(page, artifacts, djang
     page.screenshot(path=artifacts / "3-deleted.png", full_page=True)
     assert not Project.objects.filter(slug="outages").exists()
     assert not any((Path(storage.root()) / name).exists() for name in ours)
+
+
+def test_a_reviewer_whose_project_is_deleted_is_told_so_and_keeps_the_page(page, artifacts, django_user_model):
+    """A failed htmx request shows the server's own reason in the message area; the workspace stays as it was."""
+    from annotate import deletion
+    from tests.e2e.test_review_loop import predicted_project, start_reviewing
+
+    rita = django_user_model.objects.create_user("rita", password=PASSWORD)
+    project = predicted_project("decision", "rank", rita)
+    sign_in(page, "rita")
+    start_reviewing(page, project)
+    page.keyboard.press("1")
+    deletion.delete_project(project)  # by an admin, elsewhere, while rita is answering
+
+    page.keyboard.press("Enter")
+    alert = page.locator("#messages [role=alert]")
+    alert.wait_for()
+    assert alert.inner_text() == "No such project. (HTTP 404)"
+    assert page.locator("#workspace[data-item]").count() == 1  # nothing on the page was swapped away
+    page.screenshot(path=artifacts / "4-reviewing-a-deleted-project.png", full_page=True)
+
+    page.reload()
+    assert page.locator("[data-error-reason]").inner_text() == "No such project."
+    page.screenshot(path=artifacts / "5-deleted-project-page.png", full_page=True)

@@ -1,0 +1,47 @@
+"""The site's error pages (400, 403, 404 and 500): the reason in the site's own layout, or JSON under `api/`.
+
+Django's default pages are bare and never say why. Our views raise `Http404` and `PermissionDenied` with a
+sentence for the reader ("No such item.", "This item is gone: its project was deleted while you were
+answering."); that sentence is shown, and a failed htmx request shows it in the page's message area
+(`static/keyboard.js` reads `data-error-reason`). Django's own exceptions without one (an unknown address, a
+malformed request) get a general sentence instead of a class name.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.urls import Resolver404
+
+TITLES = {400: "Bad request", 403: "Not allowed", 404: "Not found"}
+GENERAL = {
+    400: "The request could not be understood. Nothing was changed.",
+    403: "You are not allowed to do that here. Nothing was changed.",
+    404: "There is nothing at this address, or it is not yours to see.",
+}
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return _page(request, 400, None)  # its exception can carry internals (a SuspiciousOperation's details)
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return _page(request, 403, exception)
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return _page(request, 404, None if isinstance(exception, Resolver404) else exception)
+
+
+def reason(status: int, exception: Exception | None) -> str:
+    """The exception's own sentence, when it was raised with one; the status's general sentence otherwise."""
+    message = exception.args[0] if exception is not None and exception.args else None
+    return message if isinstance(message, str) and message.strip() else GENERAL[status]
+
+
+def _page(request: HttpRequest, status: int, exception: Exception | None) -> HttpResponse:
+    text = reason(status, exception)
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": text}, status=status)
+    return render(request, "error.html", {"status": status, "title": TITLES[status], "reason": text},
+                  status=status)

@@ -1,0 +1,57 @@
+"""The error pages say why, in the site's layout (JSON under `api/`), and never show an exception's class name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import RequestFactory
+from django.urls import reverse
+from django.views.defaults import server_error
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_missing_project_says_so_in_the_site_layout(client, reviewer) -> None:
+    client.force_login(reviewer)
+    response = client.get(reverse("project_detail", args=["no-such-project"]))
+    page = response.content.decode()
+    assert response.status_code == 404
+    assert 'data-error-reason>No such project.</p>' in page
+    assert "Sign out" in page and 'href="/">Back to your projects</a>' in page
+
+
+def test_an_unknown_address_gets_a_sentence_not_a_class_name(client, reviewer) -> None:
+    client.force_login(reviewer)
+    page = client.get("/no/such/page/").content.decode()
+    assert "There is nothing at this address, or it is not yours to see." in page
+    assert "Resolver404" not in page and "Http404" not in page
+
+
+def test_a_reviewer_on_an_admin_page_is_told_who_may(client, project, reviewer) -> None:
+    client.force_login(reviewer)
+    response = client.get(reverse("project_settings", args=[project.slug]))
+    assert response.status_code == 403
+    assert "data-error-reason>Only the project&#x27;s admins can do this.</p>" in response.content.decode()
+
+
+def test_a_bad_request_gets_the_general_sentence(client) -> None:
+    response = client.get("/", headers={"host": "evil.example"})  # not in ALLOWED_HOSTS
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "The request could not be understood. Nothing was changed." in page
+    assert "evil.example" not in page  # what the exception says is for the log, not the page
+
+
+def test_the_api_answers_errors_in_json(client) -> None:
+    response = client.get("/api/no-such-endpoint")
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert json.loads(response.content) == {"error": "There is nothing at this address, or it is not yours to see."}
+
+
+def test_the_server_error_page_renders_without_a_request_context() -> None:
+    response = server_error(RequestFactory().get("/"))
+    page = response.content.decode()
+    assert response.status_code == 500
+    assert "Something went wrong on the server; it has been" in page and 'href="/">Back to your projects' in page
