@@ -313,9 +313,11 @@ def _locked_sql(connection):
 _LOCKED = _Query(_locked_sql)
 
 
-def lock_item(item_id: int) -> Item:
-    """Item `item_id` locked for this transaction, with its prediction (not the trace) and that one's version."""
-    return _claimed_item(_LOCKED.run([item_id])[0])
+def lock_item(item_id: int) -> Item | None:
+    """Item `item_id` locked for this transaction, with its prediction (not the trace) and that one's version;
+    None when it is gone."""
+    rows = _LOCKED.run([item_id])
+    return _claimed_item(rows[0]) if rows else None
 
 
 def _candidate_sql(connection, overlap_one: bool, rejected: int):

@@ -84,8 +84,10 @@ def _claim_next_in_python(project: Project, user, now, expires) -> Item | None:
     with transaction.atomic():
         # Fixed SQL (`annotate.hotpath`), as in the database function (migration 0005).
         held = hotpath.held_item_id(project.pk, user, ItemStatus.READY, now)
-        if held is not None:
-            return _claim(hotpath.lock_item(held), user, expires, now)
+        item = hotpath.lock_item(held) if held is not None else None
+        # Read before the lock: gone (its project deleted) or no longer ready, it is passed over.
+        if item is not None and item.status == ItemStatus.READY:
+            return _claim(item, user, expires, now)
         rejected: list[int] = []
         for _ in range(_MAX_ATTEMPTS):
             item = hotpath.next_candidate(project, user, ItemStatus.READY, now, rejected)

@@ -26,6 +26,7 @@ from annotate.views import access, display
 # An answer posted while its project was being deleted: the deletion locked the item first, so the answer
 # waited for it and then found the item gone.
 GONE = "This item is gone: its project was deleted while you were answering."
+PROJECT_GONE = "This project was deleted while you were reviewing it."
 
 
 @require_POST
@@ -157,6 +158,8 @@ def _invalid(request: HttpRequest, project: Project, item: Item, message: str) -
 
 
 def _queue_empty(request: HttpRequest, project: Project) -> HttpResponse:
+    if not Project.objects.filter(pk=project.pk).exists():  # deleted since the request began
+        raise Http404(PROJECT_GONE)
     user = request.user
     context = {
         "project": project,

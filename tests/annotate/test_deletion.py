@@ -420,3 +420,52 @@ def test_a_training_job_launched_during_a_deletion_waits_for_it_and_fails(review
     assert isinstance(outcome["deletion"], deletion.Deleted), outcome["deletion"]
     assert isinstance(outcome["launch"], IntegrityError), outcome["launch"]
     assert not Project.objects.exists() and not TrainingJob.objects.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_next_that_waited_for_a_deletion_finds_nothing(reviewer, project_admin, monkeypatch) -> None:
+    """A reviewer's held claim comes back first, locked: that lock waited for the deletion, and the claim the
+    database function then wrote pointed at the deleted item, so claim-next failed when it committed."""
+    from annotate import queue
+
+    doomed = _full_project("doomed", reviewer, project_admin)
+    held = queue.claim_next_id(doomed, reviewer)
+    assert held is not None
+    locked, go_on = threading.Event(), threading.Event()
+    lock_items = deletion._lock_items
+
+    def lock_and_hold(project):
+        lock_items(project)
+        locked.set()
+        go_on.wait(timeout=60)
+
+    monkeypatch.setattr(deletion, "_lock_items", lock_and_hold)
+    outcome: dict = {}
+    deleter = start_in_thread(outcome, "deletion", lambda: deletion.delete_project(doomed))
+    assert locked.wait(timeout=60)
+    claimer = start_in_thread(outcome, "claim", lambda: queue.claim_next_id(doomed, reviewer))
+    wait_for_a_lock_wait(claimer)  # on its held item's lock
+    go_on.set()
+    deleter.join(timeout=60)
+    claimer.join(timeout=60)
+
+    assert isinstance(outcome["deletion"], deletion.Deleted), outcome["deletion"]
+    assert outcome["claim"] is None
+    assert not Project.objects.exists() and not Claim.objects.exists()
+
+
+def test_claim_next_in_a_project_deleted_meanwhile_gets_404(client, doomed, reviewer, monkeypatch) -> None:
+    from annotate import queue
+
+    claim_next_id = queue.claim_next_id
+
+    def deleted_first(project, user, **kwargs):
+        deletion.delete_project(project)
+        return claim_next_id(project, user, **kwargs)
+
+    monkeypatch.setattr(queue, "claim_next_id", deleted_first)
+    client.force_login(reviewer)
+    response = client.post(reverse("review_next", args=[doomed.slug]), HTTP_HX_REQUEST="true")
+    assert response.status_code == 404
+    assert "This project was deleted while you were reviewing it." in response.content.decode()
