@@ -55,9 +55,19 @@
     }
   }
 
+  // A page without a workspace (the settings) has plain keys only, such as / to find: Enter keeps its meaning.
+  function pageShortcut(event) {
+    if (event.key === "Enter" || event.ctrlKey || event.metaKey || event.altKey || isTyping(event.target)) return;
+    var el = find(document, event.key);
+    if (!el) return;
+    event.preventDefault();
+    activate(el);
+  }
+
   document.addEventListener("keydown", function (event) {
+    if (event.defaultPrevented || event.isComposing) return;
     var ws = workspace();
-    if (!ws || event.defaultPrevented || event.isComposing) return;
+    if (!ws) return pageShortcut(event);
     var target = event.target;
 
     if (event.key === "Enter") {
@@ -199,6 +209,20 @@
       var frame = el.closest("figure").querySelector(".scene-frame");
       if (frame) frame.classList.toggle("heat-off", !el.checked);
     }
+  });
+
+  // A search box with data-filter-rows="<selector>" hides the rows that do not contain what is typed.
+  document.addEventListener("input", function (event) {
+    var box = event.target;
+    if (!box.matches || !box.matches("[data-filter-rows]")) return;
+    var query = box.value.trim().toLowerCase(), shown = 0;
+    document.querySelectorAll(box.dataset.filterRows).forEach(function (row) {
+      var match = !query || row.textContent.toLowerCase().indexOf(query) !== -1;
+      row.hidden = !match;
+      if (match) shown += 1;
+    });
+    var none = document.getElementById(box.id + "-none");
+    if (none) none.hidden = shown > 0;
   });
 
   // A failed htmx request changes nothing on the page; say so where messages appear.
