@@ -29,11 +29,12 @@ def home(request: HttpRequest) -> HttpResponse:
     user = request.user
     role = Membership.objects.filter(project=OuterRef("pk"), user=user.pk).values("role")[:1]
     projects = list(Project.objects.for_user(user).annotate(viewer_role=Subquery(role)).order_by("name", "id"))
-    total, finished = Counter(), Counter()
+    total, finished, ready = Counter(), Counter(), Counter()
     by_status = Item.objects.filter(project__in=projects).order_by().values_list("project", "status")
     for project_id, status, count in by_status.annotate(n=Count("*")):
         total[project_id] += count
         finished[project_id] += count if status in _FINISHED else 0
+        ready[project_id] += count if status == ItemStatus.READY else 0
     mine = dict(
         Answer.objects.filter(reviewer=user, kind__in=FINAL_KINDS)
         .values_list("project")
@@ -43,8 +44,10 @@ def home(request: HttpRequest) -> HttpResponse:
     rows = []
     for project in projects:
         project.remember_role(user, project.viewer_role)
-        rows.append({"project": project, "total": total[project.pk], "finished": finished[project.pk],
-                     "mine": mine.get(project.pk, 0), "role": project.role_of(user)})
+        pk = project.pk
+        rows.append({"project": project, "total": total[pk], "finished": finished[pk], "ready": ready[pk],
+                     "waiting": total[pk] - finished[pk] - ready[pk], "mine": mine.get(pk, 0),
+                     "role": project.role_of(user)})
     return render(request, "annotate/home.html", {"rows": rows, "can_create": access.can_create_projects(user)})
 
 

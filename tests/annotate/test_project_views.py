@@ -77,6 +77,34 @@ def test_home_counts_each_projects_items_by_status_in_the_same_queries_for_any_n
 
 
 @pytest.mark.django_db
+def test_home_says_why_there_is_nothing_to_review_instead_of_offering_an_empty_queue(client, project,
+                                                                                      reviewer) -> None:
+    def card(page: str, slug: str) -> str:
+        start = page.index(f'href="/projects/{slug}/"')
+        return page[start:page.index("</article>", start)]
+
+    finished, waiting = ready_items(project, [0.1, 0.2])
+    Item.objects.filter(pk=finished.pk).update(status=ItemStatus.DONE)
+    Item.objects.filter(pk=waiting.pk).update(status=ItemStatus.PENDING)
+    done = Project.objects.create(slug="done", name="Done", tool="decision", mode="rank")
+    empty = Project.objects.create(slug="empty", name="Empty", tool="decision", mode="rank")
+    for other in (done, empty):
+        Membership.objects.create(project=other, user=reviewer, role=Role.ADMIN)
+    Item.objects.filter(pk__in=[i.pk for i in ready_items(done, [0.3])]).update(status=ItemStatus.SKIPPED)
+    client.force_login(reviewer)
+
+    page = client.get(reverse("home")).content.decode()
+
+    assert "None ready for review: 1 waits for a prediction." in card(page, project.slug)
+    assert "Every item is finished." in card(page, "done")
+    assert "No items yet: import some on the project page." in card(page, "empty")
+    assert "Start reviewing" not in page and page.count(">Open project</a>") == 3
+    Item.objects.filter(pk=waiting.pk).update(status=ItemStatus.READY)
+    page = client.get(reverse("home")).content.decode()
+    assert "Start reviewing" in card(page, project.slug) and page.count(">Open project</a>") == 2
+
+
+@pytest.mark.django_db
 def test_project_page_shows_admin_tools_only_to_admins(client, project, reviewer, project_admin) -> None:
     client.force_login(reviewer)
     page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
