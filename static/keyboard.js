@@ -225,27 +225,50 @@
     if (none) none.hidden = shown > 0;
   });
 
+  // The CSRF token as it is now: signing in again (in another tab, after a session ended) rotates it, and the
+  // token written into the page when it loaded would then fail every request the page sends.
+  document.addEventListener("htmx:configRequest", function (event) {
+    var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    if (!match) return;
+    var token = decodeURIComponent(match[1]);
+    event.detail.headers["X-CSRFToken"] = token;
+    // A form's own token field is checked before the header.
+    if (event.detail.parameters.csrfmiddlewaretoken !== undefined) event.detail.parameters.csrfmiddlewaretoken = token;
+  });
+
   // A failed htmx request changes nothing on the page; say so where messages appear.
-  function say(text) {
+  function say(text, link) {
     var box = document.getElementById("messages");
     if (!box) return;
     var p = document.createElement("p");
     p.className = "message message-error";
     p.setAttribute("role", "alert");
     p.textContent = text;
+    if (link) {
+      var a = document.createElement("a");
+      a.href = link.getAttribute("href");
+      a.target = "_blank";
+      a.rel = "noopener";
+      a.textContent = link.textContent;
+      p.append(" ", a);
+    }
     box.replaceChildren(p);
   }
-  // The site's error pages carry their reason in [data-error-reason] (templates/error.html): say that.
-  function reasonOf(xhr) {
+  // The site's error pages carry their reason in [data-error-reason] and perhaps what to do in [data-error-link]
+  // (templates/error.html): say those.
+  function errorPage(xhr) {
     var type = xhr && xhr.getResponseHeader("Content-Type") || "";
-    if (type.indexOf("text/html") !== 0) return "";
-    var found = new DOMParser().parseFromString(xhr.responseText, "text/html").querySelector("[data-error-reason]");
-    return found ? found.textContent.replace(/\s+/g, " ").trim() : "";
+    if (type.indexOf("text/html") !== 0) return null;
+    return new DOMParser().parseFromString(xhr.responseText, "text/html");
   }
   document.addEventListener("htmx:responseError", function (event) {
     var status = event.detail.xhr ? event.detail.xhr.status : 0;
-    var reason = reasonOf(event.detail.xhr);
-    if (reason) return say(reason + " (HTTP " + status + ")");
+    var page = errorPage(event.detail.xhr);
+    var reason = page && page.querySelector("[data-error-reason]");
+    if (reason) {
+      return say(reason.textContent.replace(/\s+/g, " ").trim() + " (HTTP " + status + ")",
+                 page.querySelector("[data-error-link]"));
+    }
     say(status === 403 ? "You are not allowed to do that here (HTTP 403). Nothing was changed."
       : status === 404 ? "This item or project is not available to you (HTTP 404)."
       : "The server could not complete this (HTTP " + status + "). Nothing on this page was lost: try again.");

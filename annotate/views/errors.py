@@ -9,11 +9,16 @@ malformed request) get a general sentence instead of a class name.
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import render, resolve_url
 from django.urls import Resolver404
 
-TITLES = {400: "Bad request", 403: "Not allowed", 404: "Not found"}
+TITLES = {400: "Bad request", 401: "Signed out", 403: "Not allowed", 404: "Not found"}
+SIGNED_OUT = ("You are signed out: your session ended, or you signed out elsewhere. Sign in again in another tab, "
+              "then repeat what you did here: nothing on this page was lost.")
 GENERAL = {
     400: "The request could not be understood. Nothing was changed.",
     403: "You are not allowed to do that here. Nothing was changed.",
@@ -31,6 +36,15 @@ def permission_denied(request: HttpRequest, exception: Exception) -> HttpRespons
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     return _page(request, 404, None if isinstance(exception, Resolver404) else exception)
+
+
+def signed_out(request: HttpRequest) -> HttpResponse:
+    """401 for an htmx request that needs a signed-in user (`annotate.middleware.HtmxSignedOut`), with a link to
+    sign in that comes back to the page the request came from."""
+    back = request.htmx.current_url_abs_path or "/"
+    link = f"{resolve_url(settings.LOGIN_URL)}?{urlencode({'next': back})}"
+    return render(request, "error.html", {"status": 401, "title": TITLES[401], "reason": SIGNED_OUT,
+                                          "link": link, "link_text": "Sign in"}, status=401)
 
 
 def reason(status: int, exception: Exception | None) -> str:

@@ -55,3 +55,21 @@ def test_the_server_error_page_renders_without_a_request_context() -> None:
     page = response.content.decode()
     assert response.status_code == 500
     assert "Something went wrong on the server; it has been" in page and 'href="/">Back to your projects' in page
+
+
+def test_an_htmx_request_from_a_signed_out_user_gets_401_and_a_way_back(client, project) -> None:
+    """The sign-in page must not be swapped into the workspace: the reviewer's answer stays on the page."""
+    from annotate.views.errors import SIGNED_OUT
+
+    here = f"/projects/{project.slug}/items/7/"
+    response = client.post(reverse("review_next", args=[project.slug]),
+                           headers={"hx-request": "true", "hx-current-url": f"http://testserver{here}"})
+    page = response.content.decode()
+    assert response.status_code == 401
+    assert f"data-error-reason>{SIGNED_OUT}</p>".replace("'", "&#x27;") in page
+    assert 'href="/accounts/login/?next=%2Fprojects%2Foutages%2Fitems%2F7%2F" data-error-link' in page
+
+
+def test_a_plain_request_from_a_signed_out_user_still_goes_to_sign_in(client, project) -> None:
+    response = client.post(reverse("review_next", args=[project.slug]))
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/?next=")
