@@ -21,6 +21,7 @@ ALLOWED_HOSTS = envconfig.csv("ALLOWED_HOSTS", "127.0.0.1,localhost")
 # Behind a proxy that ends HTTPS, Django sees plain HTTP while browsers send `Origin: https://...`, so every POST
 # would fail the CSRF origin check: list the site's public origins here (https://annotate.example.org).
 CSRF_TRUSTED_ORIGINS = envconfig.csv("CSRF_TRUSTED_ORIGINS", "")
+CSRF_FAILURE_VIEW = "annotate.views.errors.csrf_failure"
 
 TC_DATA_DIR = Path(os.environ.get("TC_DATA_DIR", BASE_DIR / "var")).resolve()
 TC_ARTIFACT_DIR = Path(os.environ.get("TC_ARTIFACT_DIR", TC_DATA_DIR / "artifacts")).resolve()

@@ -12,11 +12,14 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render, resolve_url
 from django.urls import Resolver404
 
 TITLES = {400: "Bad request", 401: "Signed out", 403: "Not allowed", 404: "Not found"}
+STALE_FORM = ("This form has expired (you signed in again since the page was loaded, or it came from another "
+              "site), so nothing was changed. Reload the page and submit it again.")
 SIGNED_OUT = ("You are signed out: your session ended, or you signed out elsewhere. Sign in again in another tab, "
               "then repeat what you did here: nothing on this page was lost.")
 GENERAL = {
@@ -45,6 +48,12 @@ def signed_out(request: HttpRequest) -> HttpResponse:
     link = f"{resolve_url(settings.LOGIN_URL)}?{urlencode({'next': back})}"
     return render(request, "error.html", {"status": 401, "title": TITLES[401], "reason": SIGNED_OUT,
                                           "link": link, "link_text": "Sign in"}, status=401)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """`CSRF_FAILURE_VIEW`: a form from a page loaded before its user signed in again (which changes the token), or
+    from elsewhere. Django's `reason` is for the log, not the page."""
+    return _page(request, 403, PermissionDenied(STALE_FORM))
 
 
 def reason(status: int, exception: Exception | None) -> str:

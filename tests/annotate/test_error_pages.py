@@ -73,3 +73,18 @@ def test_an_htmx_request_from_a_signed_out_user_gets_401_and_a_way_back(client, 
 def test_a_plain_request_from_a_signed_out_user_still_goes_to_sign_in(client, project) -> None:
     response = client.post(reverse("review_next", args=[project.slug]))
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/?next=")
+
+
+def test_a_form_with_a_stale_csrf_token_says_to_reload(project, project_admin) -> None:
+    from django.test import Client
+
+    from annotate.models import Project
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(project_admin)
+    client.get(reverse("project_settings", args=[project.slug]))  # sets the CSRF cookie
+    response = client.post(reverse("project_settings", args=[project.slug]),
+                           {"name": "Renamed", "csrfmiddlewaretoken": "x" * 32})
+    assert response.status_code == 403
+    assert "This form has expired (you signed in again since the page was loaded" in response.content.decode()
+    assert Project.objects.get(pk=project.pk).name == project.name
