@@ -17,6 +17,7 @@ is plain numbers for SVG.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -96,6 +97,15 @@ class ProjectProgress:
         return columns(self.daily, [day.strftime("%a %d %b") for day in self.days])
 
 
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def name_order(name: str) -> list:
+    """Sort key for people's names: case aside, numbers by value ("reviewer2" before "reviewer10")."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part.casefold()) for part in _DIGITS.split(name)]
+
+
 def project_progress(project: Project, *, now: datetime | None = None) -> ProjectProgress:
     """The progress figures of `project` at `now` (see the module docstring for their definitions)."""
     now = now or timezone.now()
@@ -140,7 +150,7 @@ def project_progress(project: Project, *, now: datetime | None = None) -> Projec
     return ProjectProgress(
         counts=[(value, label, counts.get(value, 0)) for value, label in ItemStatus.choices],
         members=project.memberships.count(),
-        reviewers=sorted(by_id.values(), key=lambda r: r.name),
+        reviewers=sorted(by_id.values(), key=lambda r: name_order(r.name)),
         days=days,
         daily=daily,
         hourly=hourly,

@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from annotate import progress
 from annotate.forms import ExperienceUploadForm, ExportForm, ImportForm
 from annotate.models import FINAL_KINDS, Answer, Item, ItemStatus, Membership, Project
 from annotate.views import access
@@ -93,4 +94,4 @@ def _reviewer_progress(project: Project) -> list[dict]:
                                                             "skip": 0, "draft": 0, "last": None})
         row[entry["kind"]] = entry["n"]
         row["last"] = max(filter(None, [row["last"], entry["last"]]))
-    return sorted(rows.values(), key=lambda r: r["name"])
+    return sorted(rows.values(), key=lambda r: progress.name_order(r["name"]))

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from annotate.models import Answer, AnswerKind, Item, ItemStatus
-from annotate.progress import DAYS, HOURS, bars, columns, project_progress, sparkline
+from annotate.progress import DAYS, HOURS, bars, columns, name_order, project_progress, sparkline
 from tests.annotate.conftest import make_ready_items
 
 pytestmark = pytest.mark.django_db
@@ -42,6 +42,15 @@ def test_reviewer_figures(project, reviewer, second_reviewer) -> None:
     assert figures.daily[-1] == 4 and figures.daily[-3] == 1 and len(figures.daily) == DAYS
     assert figures.hourly[-1] == 1 and figures.hourly[HOURS - 1 - 6] == 3  # 15:xx and 9:xx
     assert figures.active_reviewers == 2 and figures.members == 3
+
+
+def test_reviewers_are_listed_by_name_with_numbers_by_value(project, django_user_model) -> None:
+    items = make_ready_items(project, [0.1] * 4)
+    for item, name in zip(items, ("reviewer10", "Reviewer2", "reviewer1", "bea"), strict=True):
+        answer(item, django_user_model.objects.create_user(name), AnswerKind.TARGET, NOW)
+    assert [r.name for r in project_progress(project, now=NOW).reviewers] == [
+        "bea", "reviewer1", "Reviewer2", "reviewer10"]
+    assert sorted(["b", "a10", "a9", "a", "A1"], key=name_order) == ["a", "A1", "a9", "a10", "b"]
 
 
 def test_status_counts_and_bars(project) -> None:
