@@ -6,6 +6,8 @@ item's last answer (it is then done). Either way the item is now passed over and
 `queue._claim_next_in_python` does.
 """
 
+import importlib
+
 from django.db import migrations
 
 FUNCTION_SQL = """
@@ -80,71 +82,8 @@ END
 $$;
 """
 
-PREVIOUS_SQL = """
-CREATE OR REPLACE FUNCTION annotate_claim_next(
-    p_project bigint, p_reviewer integer, p_ready text, p_final text[], p_overlap integer,
-    p_now timestamptz, p_expires timestamptz, p_attempts integer
-) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    v_item bigint;
-    v_final integer;
-    v_taken integer;
-    v_rejected bigint[] := '{}';
-BEGIN
-    SELECT c.item_id INTO v_item
-      FROM annotate_claim c JOIN annotate_item i ON i.id = c.item_id
-     WHERE c.reviewer_id = p_reviewer AND i.project_id = p_project AND i.status = p_ready AND c.expires_at > p_now
-       AND NOT EXISTS (SELECT 1 FROM annotate_answer a WHERE a.item_id = c.item_id AND a.reviewer_id = p_reviewer
-                       AND a.kind = ANY (p_final))
-     ORDER BY c.created_at LIMIT 1;
-    IF v_item IS NOT NULL THEN
-        PERFORM 1 FROM annotate_item WHERE id = v_item FOR UPDATE;
-    ELSE
-        FOR attempt IN 1 .. p_attempts LOOP
-            IF p_overlap = 1 THEN
-                SELECT i.id, i.final_answers INTO v_item, v_final FROM annotate_item i
-                 WHERE i.project_id = p_project AND i.status = p_ready
-                   AND NOT EXISTS (SELECT 1 FROM annotate_answer a WHERE a.item_id = i.id AND a.reviewer_id = p_reviewer
-                                   AND a.kind = ANY (p_final))
-                   AND NOT EXISTS (SELECT 1 FROM annotate_claim c WHERE c.item_id = i.id AND c.expires_at > p_now)
-                   AND i.id <> ALL (v_rejected)
-                 ORDER BY i.confidence ASC NULLS LAST, i.created_at, i.id LIMIT 1
-                   FOR UPDATE OF i SKIP LOCKED;
-            ELSE
-                SELECT i.id, i.final_answers INTO v_item, v_final FROM annotate_item i
-                 WHERE i.project_id = p_project AND i.status = p_ready
-                   AND NOT EXISTS (SELECT 1 FROM annotate_answer a WHERE a.item_id = i.id AND a.reviewer_id = p_reviewer
-                                   AND a.kind = ANY (p_final))
-                   AND (SELECT count(*) FROM annotate_claim c WHERE c.item_id = i.id AND c.expires_at > p_now)
-                       < p_overlap - i.final_answers
-                   AND i.id <> ALL (v_rejected)
-                 ORDER BY i.confidence ASC NULLS LAST, i.created_at, i.id LIMIT 1
-                   FOR UPDATE OF i SKIP LOCKED;
-            END IF;
-            IF v_item IS NULL THEN
-                RETURN NULL;
-            END IF;
-            -- The filter ran before the lock: count again now that no one else can change this item.
-            SELECT count(*) INTO v_taken FROM annotate_claim c
-             WHERE c.item_id = v_item AND c.expires_at > p_now AND c.reviewer_id <> p_reviewer;
-            EXIT WHEN NOT EXISTS (SELECT 1 FROM annotate_answer a WHERE a.item_id = v_item
-                                  AND a.reviewer_id = p_reviewer AND a.kind = ANY (p_final))
-                  AND p_overlap - v_final - v_taken > 0;
-            v_rejected := v_rejected || v_item;
-            v_item := NULL;
-        END LOOP;
-        IF v_item IS NULL THEN
-            RETURN NULL;
-        END IF;
-    END IF;
-    INSERT INTO annotate_claim (item_id, reviewer_id, expires_at, created_at)
-    VALUES (v_item, p_reviewer, p_expires, p_now)
-    ON CONFLICT (item_id, reviewer_id) DO UPDATE SET expires_at = EXCLUDED.expires_at;
-    UPDATE annotate_item SET claimed_by_id = p_reviewer, claim_expires_at = p_expires WHERE id = v_item;
-    RETURN v_item;
-END
-$$;
-"""
+# Reversing puts back the function as 0005 created it.
+PREVIOUS_SQL = importlib.import_module("annotate.migrations.0005_claim_next_function").FUNCTION_SQL
 
 
 def replace(sql):
