@@ -97,7 +97,6 @@ class ProjectProgress:
         return columns(self.daily, [day.strftime("%a %d %b") for day in self.days])
 
 
-
 _DIGITS = re.compile(r"(\d+)")
 
 

@@ -1,4 +1,5 @@
-"""The site's error pages (400, 403, 404 and 500): the reason in the site's own layout, or JSON under `api/`.
+"""The site's error pages (400, 401 for htmx, 403, 404, a failed CSRF check, and `templates/500.html`): the
+reason in the site's own layout, or JSON under `api/`.
 
 Django's default pages are bare and never say why. Our views raise `Http404` and `PermissionDenied` with a
 sentence for the reader ("No such item.", "This item is gone: its project was deleted while you were
