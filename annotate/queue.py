@@ -31,7 +31,7 @@ _MAX_ATTEMPTS = 20  # candidates tried per claim when others take them concurren
 
 LEASE_LOST = (
     "Your claim on this item expired or another reviewer took it, so your answer was not submitted. "
-    "It is kept as a draft: claim the item again to submit it."
+    "It is kept as a draft: submit again to take the item back, if a reviewer's place on it is still free."
 )
 
 
@@ -217,6 +217,22 @@ def undo_last(project: Project, user, *, now=None) -> Answer | None:
         if item.status == ItemStatus.READY and hotpath.free_slots(item, user, project.overlap, now) > 0:
             _claim(item, user, now + timedelta(seconds=project.lease_seconds), now)
         return answer
+
+
+def reclaim(item: Item, user, *, now=None) -> bool:
+    """Claim `item` again for `user`, whose lease on it ended (their work is a draft); False when it is no longer
+    ready, they answered it, or the overlap has no place left for them (another reviewer took it)."""
+    project = item.project
+    _require_member(project, user)
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = hotpath.lock_item(item.pk)
+        if locked is None or locked.status != ItemStatus.READY:
+            return False
+        if hotpath.free_slots(locked, user, project.overlap, now) <= 0:
+            return False
+        _claim(locked, user, now + timedelta(seconds=project.lease_seconds), now)
+        return True
 
 
 def holds_claim(item: Item, user, *, now=None) -> bool:

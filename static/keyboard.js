@@ -211,6 +211,33 @@
     }
   });
 
+  // The claim's lease, counted down in its last minute: an answer given after it ends is kept as a draft.
+  var lease = { el: null, deadline: 0 };
+  function watchLease() {
+    var el = document.getElementById("lease");
+    if (!el || el === lease.el) return;
+    lease = { el: el, deadline: Date.now() + Number(el.dataset.leaseSeconds) * 1000 };
+  }
+  function tickLease() {
+    watchLease();
+    var el = lease.el;
+    if (!el || !document.body.contains(el)) return;
+    var left = Math.round((lease.deadline - Date.now()) / 1000);
+    if (left > 60) return;
+    el.classList.remove("muted");
+    el.classList.add("lease-ending");
+    if (left > 0) {
+      el.textContent = "lease ends in 0:" + String(left).padStart(2, "0") + ": answer now";
+    } else if (!el.classList.contains("lease-ended")) {
+      el.textContent = "lease ended: an answer now is kept as a draft";
+      el.classList.add("lease-ended");
+      el.setAttribute("role", "status");  // said once, not every second
+    }
+  }
+  document.addEventListener("DOMContentLoaded", tickLease);
+  document.addEventListener("htmx:afterSettle", tickLease);
+  setInterval(tickLease, 1000);
+
   // A search box with data-filter-rows="<selector>" hides the rows that do not contain what is typed.
   document.addEventListener("input", function (event) {
     var box = event.target;

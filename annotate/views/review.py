@@ -8,6 +8,8 @@ nothing the reviewer typed is lost.
 
 from __future__ import annotations
 
+import math
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -71,6 +73,10 @@ def item_submit(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     receipt = item.prediction.receipt if item.prediction else None
     try:
         target = parse_target(project.mode, request.POST, item.inputs, receipt)
+        if request.POST.get("reclaim") and item.viewer_claim_expires is None:
+            # The page showed this draft after the lease ended, and its reviewer submits it again: take the item
+            # back if the overlap still has their place (otherwise the submit below keeps the draft and says why).
+            queue.reclaim(item, request.user)
         outcome = queue.submit(item, request.user, target)
     except ValidationError as exc:
         return _invalid(request, project, item, " ".join(exc.messages))
@@ -197,18 +203,25 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         else:
             read_only_reason = "This item is not assigned to you: review the next item to label."
     if answer is not None and answer.kind == "draft" and claim_expires is None and not error:
-        notice = notice or "Your earlier work on this item is kept as a draft; your claim on it has ended."
+        notice = notice or ("Your earlier work on this item is kept as a draft; your claim on it has ended."
+                            + (" Submit it to take the item back, if a reviewer's place on it is still free."
+                               if item.status == ItemStatus.READY else ""))
     context = {
         "project": project,
         "item": item,
         "answer": answer,
         "prediction": prediction,
         "claim_expires_at": claim_expires,
+        # Seconds, not the time: the page counts down on the reviewer's clock, which need not match the server's.
+        # Rounded up, so that when the page says the lease ended, it has.
+        "lease_seconds_left": max(0, math.ceil((claim_expires - now).total_seconds())) if claim_expires else None,
         "inputs": display.inputs_view(item.inputs, receipt),
         "receipt": display.receipt_view(receipt, item.inputs, project.mode,
                                         prediction.confidence if prediction else None),
         "editor": display.editor_view(project.mode, item.inputs, receipt, draft),
         "can_edit": can_edit,
+        "reclaim": (answer is not None and answer.kind == "draft" and claim_expires is None
+                    and item.status == ItemStatus.READY),
         "read_only_reason": read_only_reason,
         "previous_url": previous_url,
         "can_undo": previous_url is not None or bool(answer and answer.is_final),

@@ -173,6 +173,35 @@ def test_reclaiming_after_a_lost_lease_submits_the_draft(ready_items, project, r
     assert Answer.objects.get().kind == AnswerKind.TARGET
 
 
+def test_a_draft_whose_lease_ended_takes_its_item_back_while_a_place_is_free(
+        ready_items, project, reviewer, second_reviewer) -> None:
+    first, second = ready_items(project, [0.4, 0.5])
+    for item in (first, second):
+        Claim.objects.create(item=item, reviewer=reviewer, expires_at=timezone.now() - timedelta(seconds=1))
+        assert queue.submit(item, reviewer, "db").status == "draft"
+    assert queue.claim_next(project, second_reviewer) == first  # someone else has the first one now
+
+    assert queue.reclaim(first, reviewer) is False
+    assert queue.reclaim(second, reviewer) is True
+    assert queue.submit(second, reviewer, "db").status == "submitted"
+    assert queue.reclaim(second, reviewer) is False  # answered: nothing to take back
+    assert queue.submit(first, reviewer, "db").status == "draft"
+    assert queue.submit(first, second_reviewer, "dns").status == "submitted"
+
+
+def test_reclaim_under_overlap_two_counts_the_other_reviewers_place(
+        ready_items, project, reviewer, second_reviewer) -> None:
+    project.overlap = 2
+    project.save(update_fields=["overlap"])
+    (item,) = ready_items(project, [0.5])
+    Claim.objects.create(item=item, reviewer=reviewer, expires_at=timezone.now() - timedelta(seconds=1))
+    assert queue.submit(item, reviewer, "db").status == "draft"
+    assert queue.claim_next(project, second_reviewer) == item
+
+    assert queue.reclaim(item, reviewer) is True
+    assert Claim.objects.filter(item=item, expires_at__gt=timezone.now()).count() == 2
+
+
 def test_skip_needs_a_reason_and_takes_the_item_out_of_the_queue(
     ready_items, project, reviewer, second_reviewer
 ) -> None:

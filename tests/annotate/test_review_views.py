@@ -204,6 +204,32 @@ def test_submit_after_lease_expired_keeps_work_as_draft(client, project, reviewe
     assert 'value="dns" data-shortcut="2" checked' in page  # the reviewer's choice is still there
     answer = Answer.objects.get(item=first)
     assert (answer.kind, answer.target) == (AnswerKind.DRAFT, "dns")
+    # The draft's page submits again with `reclaim`: the item is still free, so it goes through.
+    assert '<input type="hidden" name="reclaim" value="1">' in page
+    response = client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "dns", "reclaim": "1"},
+                           **HX)
+    assert f"Item {first.pk}: Submitted." in response.content.decode()
+    assert Answer.objects.get(item=first).kind == AnswerKind.TARGET
+
+
+@pytest.mark.django_db
+def test_submitting_a_draft_again_when_another_reviewer_took_the_item_keeps_it_a_draft(
+        client, project, reviewer, second_reviewer) -> None:
+    (first,) = ready_items(project, [0.1])
+    Claim.objects.create(item=first, reviewer=reviewer, expires_at=timezone.now() - timedelta(seconds=1))
+    queue.submit(first, reviewer, "dns")
+    assert queue.claim_next(project, second_reviewer) == first
+    client.force_login(reviewer)
+
+    page = client.get(reverse("item_detail", args=[project.slug, first.pk])).content.decode()
+    assert "Submit it to take the item back, if a reviewer&#x27;s place on it is still free." in page
+    response = client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "db", "reclaim": "1"},
+                           **HX)
+
+    assert "your answer was not submitted. It is kept as a draft" in response.content.decode()
+    assert Answer.objects.get(item=first, reviewer=reviewer).kind == AnswerKind.DRAFT
+    active = Claim.objects.filter(expires_at__gt=timezone.now())
+    assert list(active.values_list("reviewer__username", flat=True)) == [second_reviewer.username]
 
 
 @pytest.mark.django_db
