@@ -13,6 +13,7 @@ import math
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -22,7 +23,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from annotate import queue
 from annotate.forms import SkipForm, parse_target
-from annotate.models import Claim, Item, ItemStatus, Prediction, Project
+from annotate.models import FINAL_KINDS, Answer, Claim, Item, ItemStatus, Prediction, Project
 from annotate.views import access, display
 
 # An answer posted while its project was being deleted: the deletion locked the item first, so the answer
@@ -167,10 +168,13 @@ def _queue_empty(request: HttpRequest, project: Project) -> HttpResponse:
     if not Project.objects.filter(pk=project.pk).exists():  # deleted since the request began
         raise Http404(PROJECT_GONE)
     user = request.user
+    answered = Answer.objects.filter(item=OuterRef("pk"), reviewer=user, kind__in=FINAL_KINDS)
     context = {
         "project": project,
         "oob": bool(request.htmx),
         "waiting": Item.objects.filter(project=project, status=ItemStatus.PENDING).count(),
+        # Ready items this reviewer could still label, none free now: other reviewers hold every place on them.
+        "held": Item.objects.filter(project=project, status=ItemStatus.READY).exclude(Exists(answered)).count(),
         "previous_url": _previous_url(project, user, None),
     }
     context["can_undo"] = context["previous_url"] is not None

@@ -292,6 +292,23 @@ def test_empty_queue_says_so(client, project, reviewer) -> None:
 
 
 @pytest.mark.django_db
+def test_empty_queue_says_how_many_items_other_reviewers_hold(client, project, reviewer, second_reviewer) -> None:
+    held, answered = ready_items(project, [0.1, 0.2])
+    assert queue.claim_next(project, second_reviewer) == held
+    Claim.objects.create(item=answered, reviewer=reviewer, expires_at=timezone.now() + timedelta(minutes=5))
+    assert queue.submit(answered, reviewer, "db").status == "submitted"
+    client.force_login(reviewer)
+
+    page = client.post(reverse("review_next", args=[project.slug]), **HX).content.decode()
+
+    assert "Nothing left to review" in page and "Thank you!" not in page
+    assert "1 item you could label is with other reviewers right now." in page
+    Claim.objects.filter(reviewer=second_reviewer).update(expires_at=timezone.now() - timedelta(seconds=1))
+    page = client.post(reverse("review_next", args=[project.slug]), **HX).content.decode()
+    assert f'data-item="{held.pk}"' in page  # its lease ended: it came back
+
+
+@pytest.mark.django_db
 def test_outsider_gets_404_for_project_item_and_actions(client, project, outsider) -> None:
     (first,) = ready_items(project, [0.1])
     client.force_login(outsider)
