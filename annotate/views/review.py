@@ -99,6 +99,8 @@ def item_skip(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _invalid(request, project, item, " ".join(form.errors.get("reason", ["Give a reason to skip."])))
     try:
+        if request.POST.get("reclaim"):  # as in item_submit: the draft's page, after its lease ended
+            queue.reclaim(item, request.user)
         outcome = queue.skip(item, request.user, form.cleaned_data["reason"])
     except Item.DoesNotExist:
         raise Http404(GONE) from None

@@ -213,6 +213,21 @@ def test_submit_after_lease_expired_keeps_work_as_draft(client, project, reviewe
 
 
 @pytest.mark.django_db
+def test_skipping_a_draft_left_by_an_ended_lease_takes_the_item_back_too(client, project, reviewer) -> None:
+    (first,) = ready_items(project, [0.1])
+    Claim.objects.create(item=first, reviewer=reviewer, expires_at=timezone.now() - timedelta(seconds=1))
+    queue.submit(first, reviewer, "dns")
+    client.force_login(reviewer)
+    page = client.get(reverse("item_detail", args=[project.slug, first.pk])).content.decode()
+    assert page.count('<input type="hidden" name="reclaim" value="1">') == 2  # the answer's form and the skip's
+
+    client.post(reverse("item_skip", args=[project.slug, first.pk]), {"reason": "unclear", "reclaim": "1"}, **HX)
+
+    answer = Answer.objects.get(item=first)
+    assert (answer.kind, answer.skip_reason) == (AnswerKind.SKIP, "unclear")
+
+
+@pytest.mark.django_db
 def test_submitting_a_draft_again_when_another_reviewer_took_the_item_keeps_it_a_draft(
         client, project, reviewer, second_reviewer) -> None:
     (first,) = ready_items(project, [0.1])
