@@ -1,4 +1,5 @@
-/* Keyboard shortcuts for the item workspace, the live diff of the text editor, and small toggles.
+/* Keyboard shortcuts for the item workspace, the live diff of the text editor, and small toggles; also the
+ * lease's countdown, the members list's find box, and what a failed htmx request says (the server's reason).
  *
  * The page declares its shortcuts in HTML: an element with data-shortcut="k" (several keys separated by
  * spaces) is clicked (buttons, links, radios, checkboxes) or focused (text fields) when k is pressed outside a
@@ -223,7 +224,7 @@
     var el = lease.el;
     if (!el || !document.body.contains(el)) return;
     var left = Math.round((lease.deadline - Date.now()) / 1000);
-    if (left > 60) return;
+    if (left >= 60) return;
     el.classList.remove("muted");
     el.classList.add("lease-ending");
     if (left > 0) {
