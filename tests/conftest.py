@@ -60,6 +60,15 @@ def _missing_services() -> dict[str, str]:
     return missing
 
 
+def pytest_xdist_auto_num_workers(config) -> int | None:
+    """`-n auto` (pyproject's addopts) for named tests (`file.py::test`): no workers, whose start costs more than
+    one test takes. Anything wider keeps xdist's own count (one per core, at most 4)."""
+    args = config.args
+    if args and all("::" in arg for arg in args):
+        return 0
+    return None
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     if os.environ.get("CI", "").lower() == "true":
         return
