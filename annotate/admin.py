@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import admin, messages
 
 from annotate import deletion, imports
@@ -23,6 +25,25 @@ from annotate.models import (
 )
 
 
+class DeletedThroughService:
+    """Admin deletion through the app's own service (`delete_one`), as the site's pages delete: files go too, and
+    work still using the object refuses it (`refusal`). Of several selected, a refused one is a message and the
+    rest still go."""
+
+    delete_one: Callable
+    refusal: type[Exception]
+
+    def delete_model(self, request, obj) -> None:
+        self.delete_one(obj)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for obj in queryset:
+            try:
+                self.delete_one(obj)
+            except self.refusal as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
@@ -30,7 +51,7 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(Project)
-class ProjectAdmin(admin.ModelAdmin):
+class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
     """Deleting goes through `annotate.deletion`, as the site's Delete project does: Django's own cascade listed
     every row on the confirmation page and failed past 65,535 parameters (a project of about 30,000 items)."""
 
@@ -55,15 +76,8 @@ class ProjectAdmin(admin.ModelAdmin):
             protected += [f"{project}: {reason}" for reason in deletion.blockers(project)]
         return lines, counts, perms_needed, protected
 
-    def delete_model(self, request, obj) -> None:
-        deletion.delete_project(obj)
-
-    def delete_queryset(self, request, queryset) -> None:
-        for project in queryset:
-            try:
-                deletion.delete_project(project)
-            except deletion.ProjectBusy as exc:
-                self.message_user(request, str(exc), messages.ERROR)
+    delete_one = staticmethod(deletion.delete_project)
+    refusal = deletion.ProjectBusy
 
 
 @admin.register(Membership)
@@ -151,7 +165,7 @@ class ExportAdmin(admin.ModelAdmin):
 
 
 @admin.register(ExperienceUpload)
-class ExperienceUploadAdmin(admin.ModelAdmin):
+class ExperienceUploadAdmin(DeletedThroughService, admin.ModelAdmin):
     """Deleting goes through `imports.remove_upload`, as the project page's Remove does: the file goes too, and
     an upload a waiting or running training job froze cannot be deleted."""
 
@@ -165,15 +179,8 @@ class ExperienceUploadAdmin(admin.ModelAdmin):
             return False
         return super().has_delete_permission(request, obj)
 
-    def delete_model(self, request, obj) -> None:
-        imports.remove_upload(obj)
-
-    def delete_queryset(self, request, queryset) -> None:
-        for upload in queryset:
-            try:
-                imports.remove_upload(upload)
-            except imports.UploadInUse as exc:
-                self.message_user(request, str(exc), messages.ERROR)
+    delete_one = staticmethod(imports.remove_upload)
+    refusal = imports.UploadInUse
 
 
 @admin.register(ModelUpload)

@@ -74,7 +74,7 @@ def item_submit(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     receipt = item.prediction.receipt if item.prediction else None
     try:
         target = parse_target(project.mode, request.POST, item.inputs, receipt)
-        if request.POST.get("reclaim") and item.viewer_claim_expires is None:
+        if request.POST.get("reclaim"):
             # The page showed this draft after the lease ended, and its reviewer submits it again: take the item
             # back if the overlap still has their place (otherwise the submit below keeps the draft and says why).
             queue.reclaim(item, request.user)
