@@ -31,3 +31,17 @@ class HtmxSignedOut:
             if urlsplit(response.get("Location", "")).path == self.login_path:
                 return errors.signed_out(request)
         return response
+
+
+class MethodNotAllowedPage:
+    """Django's 405 (`require_POST`, `require_GET`) has an empty body: the browser shows a blank page. Give it the
+    site's error page, with the reason, and keep the `Allow` header."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if response.status_code == 405 and not response.content:
+            return errors.method_not_allowed(request, response.get("Allow", ""))
+        return response

@@ -60,6 +60,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "annotate.middleware.HtmxSignedOut",
+    "annotate.middleware.MethodNotAllowedPage",
 ]
 
 ROOT_URLCONF = "annotate.urls"

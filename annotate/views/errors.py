@@ -1,4 +1,4 @@
-"""The site's error pages (400, 401 for htmx, 403, 404, a failed CSRF check, and `templates/500.html`): the
+"""The site's error pages (400, 401 for htmx, 403, 404, 405, a failed CSRF check, and `templates/500.html`): the
 reason in the site's own layout, or JSON under `api/`.
 
 Django's default pages are bare and never say why. Our views raise `Http404` and `PermissionDenied` with a
@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render, resolve_url
 from django.urls import Resolver404
 
-TITLES = {400: "Bad request", 401: "Signed out", 403: "Not allowed", 404: "Not found"}
+TITLES = {400: "Bad request", 401: "Signed out", 403: "Not allowed", 404: "Not found", 405: "Not a page"}
 STALE_FORM = ("This form has expired (you signed in again since the page was loaded, or it came from another "
               "site), so nothing was changed. Reload the page and submit it again.")
 SIGNED_OUT = ("You are signed out: your session ended, or you signed out elsewhere. Sign in again in another tab, "
@@ -40,6 +40,17 @@ def permission_denied(request: HttpRequest, exception: Exception) -> HttpRespons
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     return _page(request, 404, None if isinstance(exception, Resolver404) else exception)
+
+
+def method_not_allowed(request: HttpRequest, allowed: str) -> HttpResponse:
+    """405 for a method a view refuses (`require_POST` and friends answer with an empty body): most often an
+    action's address opened as a page, from the history or a copied link."""
+    methods = " or ".join(m.strip() for m in allowed.split(",") if m.strip()) or "another method"
+    text = (f"This address is an action, not a page: it takes {methods} from a form, so opening it did nothing."
+            if request.method == "GET" else f"This address takes only {methods}. Nothing was changed.")
+    response = _render(request, 405, text)
+    response["Allow"] = allowed
+    return response
 
 
 def signed_out(request: HttpRequest) -> HttpResponse:
@@ -64,7 +75,10 @@ def reason(status: int, exception: Exception | None) -> str:
 
 
 def _page(request: HttpRequest, status: int, exception: Exception | None) -> HttpResponse:
-    text = reason(status, exception)
+    return _render(request, status, reason(status, exception))
+
+
+def _render(request: HttpRequest, status: int, text: str) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse({"error": text}, status=status)
     return render(request, "error.html", {"status": status, "title": TITLES[status], "reason": text},

@@ -14,7 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from annotate import deletion
+from annotate import deletion, progress
 from annotate.forms import MemberForm, ProjectDeleteForm, ProjectForm, VersionForm
 from annotate.models import Claim, Membership, ModelVersion, Role
 from annotate.views import access
@@ -139,6 +139,8 @@ def _settings_context(project, *, form=None, member_form=None, version_form=None
         "form": form or ProjectForm(instance=project),
         "member_form": member_form or MemberForm(),
         "version_form": version_form or VersionForm(project=project),
-        "members": project.memberships.select_related("user").order_by("role", "user__username"),
+        # Admins first, then names as people read them ("reviewer2" before "reviewer10").
+        "members": sorted(project.memberships.select_related("user"),
+                          key=lambda m: (m.role != Role.ADMIN, progress.name_order(m.user.get_username()))),
         "creating": False,
     }

@@ -151,7 +151,9 @@ def test_api_get_item_and_project(client, project, admin_key, ready_items) -> No
 
 
 def test_api_get_rejects_post(client, project, admin_key) -> None:
-    assert _post(client, "/api/projects", {}, admin_key).status_code == 405
+    response = _post(client, "/api/projects", {}, admin_key)
+    assert response.status_code == 405 and response["Allow"] == "GET"
+    assert response.json() == {"error": "This address takes only GET. Nothing was changed."}
 
 
 def test_api_export_with_nothing_selected_is_refused(client, project, admin_key) -> None:

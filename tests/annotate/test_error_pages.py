@@ -88,3 +88,16 @@ def test_a_form_with_a_stale_csrf_token_says_to_reload(project, project_admin) -
     assert response.status_code == 403
     assert "This form has expired (you signed in again since the page was loaded" in response.content.decode()
     assert Project.objects.get(pk=project.pk).name == project.name
+
+
+def test_an_action_opened_as_a_page_says_so_instead_of_a_blank_page(client, project, reviewer) -> None:
+    client.force_login(reviewer)
+    response = client.get(reverse("review_next", args=[project.slug]))
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+    assert ("data-error-reason>This address is an action, not a page: it takes POST from a form, so opening it did "
+            "nothing.</p>") in response.content.decode()
+
+    refused = client.post(reverse("item_detail", args=[project.slug, 1]))
+    assert refused.status_code == 405 and refused["Allow"] == "GET"
+    assert "This address takes only GET. Nothing was changed." in refused.content.decode()

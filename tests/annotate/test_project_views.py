@@ -427,3 +427,18 @@ def test_an_admin_adds_a_team_at_once_and_an_unknown_name_adds_nobody(client, pr
     client.post(url, {"username": "uma", "role": "admin"})
     assert project.memberships.get(user__username="uma").role == Role.ADMIN
     assert client.post(url, {"username": " , ", "role": "reviewer"}).status_code == 400
+
+
+@pytest.mark.django_db
+def test_settings_lists_admins_first_then_names_as_people_read_them(client, project, project_admin,
+                                                                     django_user_model) -> None:
+    for name in ("r10", "R2", "r1"):
+        Membership.objects.create(project=project, user=django_user_model.objects.create_user(name),
+                                  role=Role.REVIEWER)
+    client.force_login(project_admin)
+
+    members = client.get(reverse("project_settings", args=[project.slug])).context["members"]
+
+    names = [m.user.get_username() for m in members]
+    assert names[0] == project_admin.get_username()
+    assert [n for n in names if n in ("r10", "R2", "r1")] == ["r1", "R2", "r10"]
