@@ -89,6 +89,11 @@ class ProjectProgress:
         ]
 
     @property
+    def recent(self) -> int:
+        """Finished answers in the last 14 days: with none, the charts would be empty axes."""
+        return sum(self.daily)
+
+    @property
     def hourly_points(self) -> str:
         return sparkline(self.hourly)
 

@@ -222,3 +222,31 @@ def test_progress_figures_are_cached_briefly(client, project, reviewer) -> None:
 
     cache.clear()
     assert ">rita<" in client.get(url).content.decode()
+
+
+def test_progress_charts_only_what_happened_and_groups_a_large_rate(client, project, reviewer,
+                                                                     second_reviewer) -> None:
+    from django.core.cache import cache
+
+    (item,) = make_ready_items(project, [0.1])
+    client.force_login(reviewer)
+    url = reverse("project_progress", args=[project.slug])
+    empty = client.get(url).content.decode()
+    assert "No answers finished in the last 14 days." in empty and 'id="daily-title"' not in empty
+
+    _answer(item, second_reviewer, AnswerKind.TARGET, timezone.now() - timedelta(days=30))
+    Item.objects.filter(pk=item.pk).update(status=ItemStatus.DONE)
+    cache.clear()
+    old = client.get(url).content.decode()
+    assert "No answers finished in the last 14 days (1 item finished earlier)." in old
+    assert 'id="daily-title"' not in old
+
+    now = timezone.now()
+    Answer.objects.bulk_create(
+        Answer(item=item, project=project, reviewer=reviewer, kind=AnswerKind.TARGET, target="db", source="s",
+               created_at=now, updated_at=now)
+        for item in make_ready_items(project, [0.5] * 1500))
+    cache.clear()
+    busy = client.get(url).content.decode()
+    assert 'id="daily-title"' in busy
+    assert '<td class="num">1,500</td>' in busy  # the rate: 1,500 finished in one active hour, not "1500.0"
