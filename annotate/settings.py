@@ -157,8 +157,10 @@ CELERY_BEAT_SCHEDULE = {
 # A worker's lease on a job lasts this long past its last heartbeat (sent every third of it, or more often).
 TC_JOB_LEASE_SECONDS = float(os.environ.get("TC_JOB_LEASE_SECONDS", 60))
 # An experience export captures its minibatches in this many processes: the exporting one and the rest forked
-# from it (1: in that process alone). Capturing runs the model, CPU-bound: 100,000 records took 93 s in one.
-TC_EXPORT_PROCESSES = int(os.environ.get("TC_EXPORT_PROCESSES", min(os.cpu_count() or 1, 4)))
+# from it (1: in that process alone). Capturing runs the model, CPU-bound, so a forked worker pays where a core
+# is free for it; the default leaves one core to the database the export reads and to the site. On 2 cores a
+# second process was only 1.1-1.5x faster and took the export from 280 MB to 300 MB (README "Benchmarks").
+TC_EXPORT_PROCESSES = int(os.environ.get("TC_EXPORT_PROCESSES", min(max((os.cpu_count() or 1) - 1, 1), 4)))
 
 _local_dirs = [TC_DATA_DIR, TC_ARTIFACT_DIR]
 if CELERY_BROKER_URL.startswith("filesystem:"):
