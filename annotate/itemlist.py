@@ -37,6 +37,12 @@ FILTER_PARAMS = PARAMS[:7]
 _TERM = re.compile(r"\w+")
 
 
+# What the item list's form calls each parameter, for its error summary (the API names the parameters).
+LABELS = {"q": "Search inputs", "status": "Status", "reviewer": "Answered by", "confidence_min": "Confidence",
+          "confidence_max": "Confidence", "version": "Model version", "disagreement": "Disagreement",
+          "sort": "Order", "after": "Page", "before": "Page"}
+
+
 class InvalidFilters(ValueError):
     """Some parameters are impossible; `errors` maps each parameter to what is wrong and how to fix it."""
 
@@ -44,6 +50,11 @@ class InvalidFilters(ValueError):
         self.errors = errors
         self.values = values  # the submitted values, to show the form as it was
         super().__init__("; ".join(f"{name}: {message}" for name, message in errors.items()))
+
+    @property
+    def labelled(self) -> list[tuple[str, str]]:
+        """(the form's label, what is wrong) for each bad parameter."""
+        return [(LABELS.get(name, name), message) for name, message in self.errors.items()]
 
 
 @dataclass(frozen=True)

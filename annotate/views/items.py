@@ -29,7 +29,8 @@ def item_list(request: HttpRequest, slug: str) -> HttpResponse:
     try:
         filters = itemlist.ItemFilters.parse(project, request.GET, user=request.user)
     except itemlist.InvalidFilters as exc:
-        context.update(errors=exc.errors, values={**itemlist.ItemFilters().values(), **exc.values})
+        context.update(errors=exc.errors, error_rows=exc.labelled,
+                       values={**itemlist.ItemFilters().values(), **exc.values})
     else:
         results = itemlist.page(project, filters, size=itemlist.PAGE_SIZE)
         context.update(page=results, values=filters.values(), filters=filters)
