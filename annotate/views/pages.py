@@ -48,7 +48,7 @@ def home(request: HttpRequest) -> HttpResponse:
         pk = project.pk
         rows.append({"project": project, "total": total[pk], "finished": finished[pk], "ready": ready[pk],
                      "waiting": total[pk] - finished[pk] - ready[pk], "mine": mine.get(pk, 0),
-                     "role": project.role_of(user)})
+                     "role": project.role_of(user), "is_admin": project.is_admin(user)})
     return render(request, "annotate/home.html", {"rows": rows, "can_create": access.can_create_projects(user)})
 
 
@@ -68,6 +68,8 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "counts": [(label, counts.get(value, 0)) for value, label in ItemStatus.choices],
         "total": total,
         "finished": finished,
+        "ready": counts.get(ItemStatus.READY, 0),
+        "waiting": counts.get(ItemStatus.PENDING, 0),
         "mine": dict(mine),
         "version": project.current_version,
     }

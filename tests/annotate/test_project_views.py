@@ -105,7 +105,29 @@ def test_home_says_why_there_is_nothing_to_review_instead_of_offering_an_empty_q
 
 
 @pytest.mark.django_db
+def test_the_project_page_says_why_there_is_nothing_to_review_instead_of_offering_an_empty_queue(
+        client, project, reviewer, project_admin) -> None:
+    url = reverse("project_detail", args=[project.slug])
+    client.force_login(project_admin)
+    assert "No items yet: import some below." in client.get(url).content.decode()
+    client.force_login(reviewer)
+    empty = client.get(url).content.decode()
+    assert "No items yet." in empty and 'id="start-reviewing"' not in empty  # reviewers cannot import
+
+    first, second = ready_items(project, [0.1, 0.2])
+    Item.objects.filter(pk=first.pk).update(status=ItemStatus.DONE)
+    assert 'id="start-reviewing"' in client.get(url).content.decode()
+    Item.objects.filter(pk=second.pk).update(status=ItemStatus.PENDING)
+    waiting = client.get(url).content.decode()
+    assert "None ready for review: 1 waits for a prediction." in waiting and 'id="start-reviewing"' not in waiting
+    Item.objects.filter(pk=second.pk).update(status=ItemStatus.SKIPPED)
+    finished = client.get(url).content.decode()
+    assert "Every item is finished." in finished and 'id="start-reviewing"' not in finished
+
+
+@pytest.mark.django_db
 def test_project_page_shows_admin_tools_only_to_admins(client, project, reviewer, project_admin) -> None:
+    ready_items(project, [0.5])
     client.force_login(reviewer)
     page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
     assert "Pick the cause." in page and "Start reviewing" in page
