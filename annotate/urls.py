@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from annotate.views import agreement, items, pages, progress, projects, review, transfer
 
 project = "projects/<slug:slug>/"
 
 urlpatterns = [
+    # Pages without the site's <link rel="icon"> (the admin's) make browsers ask for /favicon.ico.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", pages.home, name="home"),
     path("projects/new/", projects.project_create, name="project_create"),
     path(project, pages.project_detail, name="project_detail"),

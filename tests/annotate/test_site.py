@@ -230,3 +230,11 @@ def test_a_repeated_query_is_planned_once_per_connection() -> None:
         statements = [row[0] for row in cursor.fetchall()]
 
     assert any('FROM "annotate_item"' in statement for statement in statements), statements
+
+
+def test_pages_name_the_site_icon_and_the_browsers_default_address_leads_to_it(client) -> None:
+    page = client.get(reverse("login")).content.decode()
+    assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in page
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"] == "/static/favicon.svg"
+    assert (settings.BASE_DIR / "static" / "favicon.svg").read_text().startswith("<svg")
