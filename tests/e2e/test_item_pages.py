@@ -1,4 +1,4 @@
-"""Every receipt kind's page in the browser, from hand-made receipts: layout at laptop and tablet widths,
+"""Every receipt kind's page in the browser, from hand-made receipts: layout at laptop, tablet and phone widths,
 attention highlights, the Scene heat map, the live diff, and the relevance rule enforced before any request."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tests.e2e.conftest import PASSWORD, sign_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-WIDTHS = {"laptop": 1280, "tablet": 820}
+WIDTHS = {"laptop": 1280, "tablet": 820, "phone": 390}
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def sample_item(reviewer, tool: str, mode: str) -> tuple[Project, Item]:
 
 
 @pytest.mark.parametrize(("tool", "mode"), sorted(SAMPLES))
-def test_item_page_fits_laptop_and_tablet(page, artifacts, reviewer, tool, mode) -> None:
+def test_item_page_fits_laptop_tablet_and_phone(page, artifacts, reviewer, tool, mode) -> None:
     project, item = sample_item(reviewer, tool, mode)
     sign_in(page, "rita")
     for name, width in WIDTHS.items():
@@ -47,6 +47,10 @@ def test_item_page_fits_laptop_and_tablet(page, artifacts, reviewer, tool, mode)
         page.screenshot(path=str(artifacts / f"{tool}-{mode}-{name}.png"), full_page=True)
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, f"{name}: the page is {overflow}px wider than the window"
+        # A candidate keeps room for its words: squeezed, it broke "the database" into a letter column.
+        narrowest = page.evaluate("Math.min(...[...document.querySelectorAll('.ranked-text')]"
+                                  ".map(e => e.getBoundingClientRect().width), Infinity)")
+        assert narrowest >= 120, f"{name}: a candidate's text is only {narrowest:.0f}px wide"
     assert page.locator("#target-form").is_visible()
     assert page.get_by_text("Keyboard shortcuts").is_visible()
 
