@@ -120,6 +120,23 @@ def test_every_repository_path_mentioned_exists() -> None:
         assert present, f"{mentioned} is not in the repository"
 
 
+def test_every_table_renders() -> None:
+    """A delimiter row with more cells than its header row is not a table to GitHub: it shows as plain text."""
+    def cells(row: str) -> int:
+        return len(re.sub(r"`[^`]*`", "", row).strip().strip("|").split("|"))
+
+    lines = TEXT.splitlines()
+    tables = [n for n, line in enumerate(lines) if re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", line.strip())]
+    assert len(tables) > 10
+    for n in tables:
+        width = cells(lines[n - 1])
+        assert cells(lines[n]) == width, f"README line {n + 1}: {cells(lines[n])} columns under {width} headers"
+        for row in lines[n + 1:]:
+            if not row.startswith("|"):
+                break
+            assert cells(row) == width, f"README: a row of {cells(row)} cells in a {width}-column table: {row[:60]}"
+
+
 # -- examples ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("block", PYTHON, ids=_id)
 def test_python_example_runs_from_any_folder(block, tmp_path) -> None:
