@@ -13,7 +13,6 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render, resolve_url
 from django.urls import Resolver404
@@ -58,14 +57,13 @@ def signed_out(request: HttpRequest) -> HttpResponse:
     sign in that comes back to the page the request came from."""
     back = request.htmx.current_url_abs_path or "/"
     link = f"{resolve_url(settings.LOGIN_URL)}?{urlencode({'next': back})}"
-    return render(request, "error.html", {"status": 401, "title": TITLES[401], "reason": SIGNED_OUT,
-                                          "link": link, "link_text": "Sign in"}, status=401)
+    return _render(request, 401, SIGNED_OUT, link=link, link_text="Sign in")
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """`CSRF_FAILURE_VIEW`: a form from a page loaded before its user signed in again (which changes the token), or
     from elsewhere. Django's `reason` is for the log, not the page."""
-    return _page(request, 403, PermissionDenied(STALE_FORM))
+    return _render(request, 403, STALE_FORM)
 
 
 def reason(status: int, exception: Exception | None) -> str:
@@ -78,8 +76,9 @@ def _page(request: HttpRequest, status: int, exception: Exception | None) -> Htt
     return _render(request, status, reason(status, exception))
 
 
-def _render(request: HttpRequest, status: int, text: str) -> HttpResponse:
+def _render(request: HttpRequest, status: int, text: str, **link) -> HttpResponse:
+    """`link`: `link` and `link_text`, a way on offered under the reason."""
     if request.path.startswith("/api/"):
         return JsonResponse({"error": text}, status=status)
-    return render(request, "error.html", {"status": status, "title": TITLES[status], "reason": text},
+    return render(request, "error.html", {"status": status, "title": TITLES[status], "reason": text, **link},
                   status=status)
