@@ -9,6 +9,7 @@ NOT_RUN with the reason, so a new example cannot go unchecked by accident.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -221,9 +222,11 @@ def test_demo_serves_and_ctrl_c_stops_server_and_worker(site) -> None:
     """Command one's promise: the printed address answers, and Ctrl-C stops the web server and the worker."""
     folder, env, _ = site  # seeded already: this run only starts the worker and the server
     port = _free_port()
-    demo = subprocess.Popen([str(BIN / "python"), "manage.py", "demo", f"127.0.0.1:{port}"], cwd=folder, env=env,
+    demo = subprocess.Popen([str(BIN / "python"), "manage.py", "demo", f"127.0.0.1:{port}"], cwd=folder,
+                            env={**env, "PYTHONFAULTHANDLER": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
+    worker = None
     try:
         for line in demo.stdout:
             lines.append(line)
@@ -243,7 +246,12 @@ def test_demo_serves_and_ctrl_c_stops_server_and_worker(site) -> None:
         wait_for(answering, timeout=120, what="the demo's address to answer")
 
         os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends: the whole foreground group
-        rest, _ = demo.communicate(timeout=120)
+        try:
+            rest, _ = demo.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # fail with every thread's stack (faulthandler dumps them on SIGABRT)
+            os.kill(demo.pid, signal.SIGABRT)
+            rest, _ = demo.communicate(timeout=30)
+            pytest.fail(f"the demo did not stop within 120 s of Ctrl-C:\n{''.join(lines)}{rest}")
         assert demo.returncode == 0, "".join(lines) + rest
         assert "Celery worker stopped" in rest
         with pytest.raises(ProcessLookupError):
@@ -254,6 +262,9 @@ def test_demo_serves_and_ctrl_c_stops_server_and_worker(site) -> None:
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
+        if worker is not None:  # in its own session: a demo killed above would leave it running
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker, signal.SIGKILL)
 
 
 def test_pip_install_examples_name_extras_the_package_has() -> None:
