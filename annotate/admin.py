@@ -17,6 +17,7 @@ from annotate.models import (
     ExperienceUpload,
     Export,
     Item,
+    ItemImport,
     Membership,
     ModelUpload,
     ModelVersion,
@@ -191,6 +192,20 @@ class ModelUploadAdmin(admin.ModelAdmin):
     list_filter = ["state"]
     raw_id_fields = ["project", "uploaded_by", "version"]
     readonly_fields = ["state", "reason", "version", "size", "checked_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(ItemImport)
+class ItemImportAdmin(admin.ModelAdmin):
+    """A record of each uploaded items file and how its import went; imports are made on the project page."""
+
+    list_display = ["id", "project", "original_name", "state", "count", "problem_total", "size", "uploaded_by",
+                    "created_at"]
+    list_filter = ["state"]
+    raw_id_fields = ["project", "uploaded_by"]
+    readonly_fields = ["state", "reason", "count", "problems", "problem_total", "size", "checked_at"]
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -26,12 +26,23 @@ from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
 from annotate import storage
-from annotate.models import Claim, ExperienceUpload, Export, ExportState, Item, ModelUpload, ModelVersion, Project
+from annotate.models import (
+    Claim,
+    ExperienceUpload,
+    Export,
+    ExportState,
+    Item,
+    ItemImport,
+    ModelUpload,
+    ModelVersion,
+    Project,
+)
 
 logger = logging.getLogger(__name__)
 
 # Each artifact kind and the model whose rows name its directories (`storage.relative_name(kind, pk)`).
-_ARTIFACTS = {"models": ModelVersion, "exports": Export, "uploads": ExperienceUpload, "model-uploads": ModelUpload}
+_ARTIFACTS = {"models": ModelVersion, "exports": Export, "uploads": ExperienceUpload, "model-uploads": ModelUpload,
+              "imports": ItemImport}
 
 
 class ProjectBusy(Exception):

@@ -1,4 +1,5 @@
-"""Importing items: a JSONL upload, `manage.py import_items`, or the JSON API; all or nothing.
+"""Importing items: a JSONL upload (imported by a worker), `manage.py import_items`, or the JSON API; all or
+nothing.
 
 Each JSONL line is one object `{"inputs": <one example's tool inputs>}`. Every line is checked (JSON, fields,
 the tool's own input checks) before anything is written; the errors name their line. Items are then created in
@@ -15,9 +16,10 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
 from annotate import storage, tooling
-from annotate.models import ExperienceUpload, Item, ItemStatus, Project
+from annotate.models import ExperienceUpload, Item, ItemImport, ItemStatus, Project, UploadState
 
 MAX_ERRORS = 20  # errors listed; the rest are counted
 BULK_BATCH = 5000  # rows per INSERT or COPY
@@ -67,6 +69,85 @@ def import_jsonl(project: Project, stream: IO[bytes] | Iterable[bytes], *, max_b
     return _import(project, records, errors, predict=predict)
 
 
+def queue_import(project: Project, user, stream, *, name: str = "") -> ItemImport:
+    """Store an uploaded JSONL file and queue its import by a worker (`run_import`); the row shows how it went.
+
+    The web process only stores the file, in pieces and within the import limit (`ImportRejected`, nothing
+    stored, when it is larger).
+    """
+    from annotate import tasks
+
+    limit = max_upload_bytes()
+    if (getattr(stream, "size", None) or 0) > limit:
+        raise ImportRejected([_too_large(limit)])
+    with transaction.atomic():
+        row = ItemImport.objects.create(project=project, uploaded_by=user if getattr(user, "pk", None) else None,
+                                        original_name=str(name).replace("\x00", "")[:255])
+        try:
+            path = storage.write_once(row.path, stream.chunks() if hasattr(stream, "chunks") else _blocks(stream),
+                                      max_bytes=limit)
+        except BaseException as exc:  # the row rolls back: its directory goes too
+            shutil.rmtree(row.path.parent, ignore_errors=True)
+            if isinstance(exc, storage.TooLarge):
+                raise ImportRejected([_too_large(limit)]) from None
+            raise
+        row.size = path.stat().st_size
+        row.save(update_fields=["size"])
+        tasks.import_item_file.delay_on_commit(row.pk)
+    return row
+
+
+def run_import(import_id: int) -> str:
+    """Import a queued upload's file whole (ACCEPTED, with the count) or record its problems (REFUSED); its state.
+
+    The items and the row's new state commit together, so running this again after a worker was lost starts
+    over, and running it for a finished import does nothing. The project is locked first (as a deletion locks
+    it): a deletion under way is waited for and the import finds its row gone; one that comes later waits for
+    the import and deletes its items too.
+    """
+    project_id = ItemImport.objects.filter(pk=import_id).values_list("project_id", flat=True).first()
+    if project_id is None:
+        return "missing"
+    with transaction.atomic():
+        project = Project.objects.select_for_update(no_key=True).filter(pk=project_id).first()
+        row = ItemImport.objects.select_for_update().filter(pk=import_id).first()
+        if project is None or row is None:
+            return "missing"
+        if row.state != UploadState.PENDING:
+            return row.state
+        try:
+            with _stored(row) as stream:
+                result = import_jsonl(project, stream)
+        except ImportRejected as exc:
+            row.state, row.problems, row.problem_total = UploadState.REFUSED, exc.errors, exc.total
+            row.reason = f"{exc.total:,} problem{'s' if exc.total != 1 else ''} in the file"
+        else:
+            row.state, row.count = UploadState.ACCEPTED, result.count
+        row.checked_at = timezone.now()
+        row.save(update_fields=["state", "problems", "problem_total", "reason", "count", "checked_at"])
+        directory = row.path.parent
+        transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))
+    return row.state
+
+
+def refuse_import(import_id: int, reason: str) -> None:
+    """Record why a queued import could not run at all (it took too long, say); nothing was imported."""
+    row = ItemImport.objects.filter(pk=import_id, state=UploadState.PENDING).first()
+    if row is None:
+        return
+    ItemImport.objects.filter(pk=row.pk, state=UploadState.PENDING).update(
+        state=UploadState.REFUSED, reason=reason, problems=[reason], problem_total=1, checked_at=timezone.now())
+    shutil.rmtree(row.path.parent, ignore_errors=True)
+
+
+def _stored(row: ItemImport):
+    try:
+        return row.path.open("rb")
+    except FileNotFoundError:
+        raise ImportRejected(["file: the uploaded file is no longer in the artifact storage (TC_ARTIFACT_DIR; "
+                              "every web host and worker must share it); upload it again"]) from None
+
+
 def import_records(project: Project, records: Any, *, predict: bool = True) -> ImportResult:
     """Import a JSON list of `{"inputs": ...}` objects (the API body's `items`); errors name `items[i]`."""
     if not isinstance(records, list):
@@ -83,7 +164,7 @@ def read_limited(stream: IO[bytes] | Iterable[bytes], max_bytes: int) -> bytes:
     for chunk in pieces:
         size += len(chunk)
         if size > max_bytes:
-            raise ImportRejected([f"file: larger than the import limit of {_size(max_bytes)}; split it into parts"])
+            raise ImportRejected([_too_large(max_bytes)])
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -254,6 +335,10 @@ def _kind(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
         type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
     )
+
+
+def _too_large(limit: int) -> str:
+    return f"file: larger than the import limit of {_size(limit)}; split it into parts"
 
 
 def _size(n: int) -> str:

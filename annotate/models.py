@@ -601,6 +601,44 @@ class Upload(models.Model):
         ordering = ["-created_at", "-id"]
 
 
+class ItemImportQuerySet(models.QuerySet):
+    def recent(self, limit: int = 3):
+        """What the project page lists: imports still under way, and those finished in the last day."""
+        since = timezone.now() - timedelta(days=1)
+        return self.filter(Q(state=UploadState.PENDING) | Q(created_at__gte=since))[:limit]
+
+
+class ItemImport(Upload):
+    """A JSONL file of items uploaded on the project page, imported whole or not at all by a worker.
+
+    The page stores the file as `imports/<id>/items.jsonl` and queues `tasks.import_item_file`: checking and
+    inserting 100,000 items takes about 12 s, longer than a request should wait behind a proxy. The worker
+    creates the items in the same transaction that marks the row ACCEPTED, so one lost half-way leaves it
+    PENDING and the task, run again, starts over; or it records the problems found (REFUSED). The file is
+    removed either way.
+    """
+
+    FILE_NAME = "items.jsonl"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="item_imports")
+    objects = ItemImportQuerySet.as_manager()
+    original_name = models.CharField(max_length=255, blank=True, help_text="As uploaded; shown, never used as a path.")
+    count = models.PositiveIntegerField(default=0, help_text="Items created.")
+    problems = models.JSONField(default=list, blank=True, help_text="The first problems found, each naming its line.")
+    problem_total = models.PositiveIntegerField(default=0, help_text="All problems found, listed or not.")
+
+    def __str__(self) -> str:
+        return f"item import {self.pk} ({self.state})"
+
+    @property
+    def path(self) -> Path:
+        return storage.artifact_dir("imports", self.pk, create=False) / self.FILE_NAME
+
+    @property
+    def more_problems(self) -> int:
+        return max(0, self.problem_total - len(self.problems))
+
+
 class ModelUpload(Upload):
     """A tool saved with `save_pretrained` elsewhere (trained offline, say), uploaded to become a model version.
 

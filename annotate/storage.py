@@ -14,7 +14,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-KINDS = ("models", "exports", "jobs", "uploads", "model-uploads")
+KINDS = ("models", "exports", "jobs", "uploads", "model-uploads", "imports")
 
 
 def root() -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
@@ -22,6 +23,7 @@ from annotate.models import (
 
 logger = logging.getLogger(__name__)
 
+IMPORT_TIME_LIMIT = 1800  # seconds; 64 MiB of the smallest items (about 620,000) took 66 s here
 PREDICT_BATCH = 64  # items per prediction task (and per traced forward)
 # The database briefly unreachable is the one transient failure worth retrying; anything else is a bug or bad
 # data and is recorded (export error, upload reason) or raised as is.
@@ -103,6 +105,21 @@ def run_export(export_id: int) -> str:
     if export is None:
         return "missing"
     return exports.run(export).state
+
+
+@shared_task(time_limit=IMPORT_TIME_LIMIT, soft_time_limit=IMPORT_TIME_LIMIT - 60, **RETRY)
+def import_item_file(import_id: int) -> str:
+    """Import an uploaded JSONL file whole, or record its problems (`annotate.imports.run_import`); its state.
+    Safe to run twice: a finished import is left alone, and one cut short committed nothing."""
+    from annotate import imports
+
+    try:
+        return imports.run_import(import_id)
+    except SoftTimeLimitExceeded:
+        minutes = IMPORT_TIME_LIMIT // 60
+        imports.refuse_import(import_id, f"file: importing took longer than {minutes} minutes and was stopped; "
+                                         "nothing was imported. Split it into smaller files.")
+        return UploadState.REFUSED
 
 
 @shared_task(time_limit=600, soft_time_limit=570, **RETRY)

@@ -28,6 +28,7 @@ from annotate.models import (
     Export,
     ExportState,
     Item,
+    ItemImport,
     ItemStatus,
     Membership,
     ModelUpload,
@@ -81,6 +82,8 @@ def _full_project(slug: str, reviewer, admin) -> Project:
     storage.artifact_dir("model-uploads", model_upload.pk)
     experience = ExperienceUpload.objects.create(project=project, uploaded_by=admin)
     storage.artifact_dir("uploads", experience.pk)
+    item_import = ItemImport.objects.create(project=project, uploaded_by=admin)
+    storage.artifact_dir("imports", item_import.pk)
     return project
 
 
@@ -225,7 +228,7 @@ def test_the_typed_slug_deletes_the_project_its_rows_and_files(client, doomed, k
     assert "Project Doomed was deleted with" in page and "3 items" in page and "2 answers" in page
     assert not Project.objects.filter(pk=doomed.pk).exists() and not Item.objects.filter(project_id=doomed.pk)
     assert Item.objects.filter(project=kept).count() == 3
-    assert len(before - _directories()) == 6 and _directories() < before
+    assert len(before - _directories()) == 7 and _directories() < before
     assert client.get(reverse("project_detail", args=[doomed.slug])).status_code == 404
 
 
@@ -296,7 +299,7 @@ def test_the_command_shows_what_goes_and_deletes_only_with_yes(doomed, kept) -> 
 
     out = _command("doomed", "--yes")
 
-    assert out.startswith("Deleted Doomed with 3 items, ") and "(6 artifact directories)" in out
+    assert out.startswith("Deleted Doomed with 3 items, ") and "(7 artifact directories)" in out
     assert not Project.objects.filter(pk=doomed.pk).exists() and Project.objects.filter(pk=kept.pk).exists()
 
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from annotate import imports
-from annotate.models import ExperienceUpload, Item, ItemStatus
+from annotate import imports, storage
+from annotate.models import ExperienceUpload, Item, ItemImport, ItemStatus, UploadState
 
 pytestmark = pytest.mark.django_db
 
@@ -174,3 +174,134 @@ def test_imported_ids_follow_the_files_order_across_batches(project, monkeypatch
         (project.pk, ItemStatus.PENDING, 0)}
     assert all(item.created_at is not None for item in stored.values())
     assert Item.objects.count() == 5
+
+
+# -- an uploaded file, imported by a worker ------------------------------------------------------------------------
+DECISION = {"question": "q", "evidence": [{"source_id": "a", "text": "t"}],
+            "hypotheses": [{"id": "x", "text": "one"}, {"id": "y", "text": "two"}]}
+
+
+@pytest.fixture
+def queued(monkeypatch) -> list[int]:
+    """The ids `queue_import` sends to the worker (here nobody runs them unless the test does)."""
+    sent: list[int] = []
+    monkeypatch.setattr("annotate.tasks.import_item_file.delay", lambda pk: sent.append(pk))
+    monkeypatch.setattr("annotate.tasks.predict_items.delay", lambda *args: None)
+    return sent
+
+
+def test_a_queued_import_stores_the_file_and_the_worker_imports_it_whole(
+        project, project_admin, queued, django_capture_on_commit_callbacks) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        row = imports.queue_import(project, project_admin, _jsonl(*[{"inputs": DECISION}] * 3), name="a.jsonl")
+    assert queued == [row.pk] and row.state == UploadState.PENDING
+    assert row.path.read_bytes() == _jsonl(*[{"inputs": DECISION}] * 3).getvalue()
+    assert row.size == row.path.stat().st_size
+    assert not Item.objects.exists()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert imports.run_import(row.pk) == UploadState.ACCEPTED
+
+    row.refresh_from_db()
+    assert row.count == 3 and row.checked_at is not None and not row.path.parent.exists()
+    assert Item.objects.filter(project=project, status=ItemStatus.PENDING).count() == 3
+    assert imports.run_import(row.pk) == UploadState.ACCEPTED  # run again: nothing more
+    assert Item.objects.count() == 3
+
+
+def test_a_queued_file_over_the_limit_is_refused_and_nothing_is_stored(project, project_admin, queued,
+                                                                       settings) -> None:
+    settings.TC_IMPORT_MAX_BYTES = 100
+    stream = _jsonl(*[{"inputs": DECISION}] * 3)  # no size attribute: found out while it is written
+
+    with pytest.raises(imports.ImportRejected, match="larger than the import limit of 100 bytes"):
+        imports.queue_import(project, project_admin, stream, name="big.jsonl")
+
+    assert not ItemImport.objects.exists() and queued == []
+    assert not list((storage.root() / "imports").glob("*/*"))
+
+
+def test_problems_are_recorded_with_their_lines_and_nothing_is_imported(project, project_admin, queued,
+                                                                       django_capture_on_commit_callbacks) -> None:
+    bad = [{"inputs": DECISION}, '{"inputs": ', {"inputs": DECISION, "extra": 1}] + ["[1"] * 30
+    row = imports.queue_import(project, project_admin, _jsonl(*bad), name="bad.jsonl")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert imports.run_import(row.pk) == UploadState.REFUSED
+
+    row.refresh_from_db()
+    assert row.reason == "32 problems in the file" and row.problem_total == 32
+    assert len(row.problems) == imports.MAX_ERRORS and row.more_problems == 32 - imports.MAX_ERRORS
+    assert row.problems[0].startswith("line 2: not valid JSON") and row.problems[1].startswith("line 4: not valid")
+    assert not Item.objects.exists() and not row.path.parent.exists()
+
+
+def test_an_import_cut_short_commits_nothing_and_runs_again_from_the_start(project, project_admin, queued,
+                                                                          monkeypatch) -> None:
+    row = imports.queue_import(project, project_admin, _jsonl(*[{"inputs": DECISION}] * 4), name="a.jsonl")
+    real = imports.create_items
+
+    def lost(project, inputs_list, **options):
+        real(project, inputs_list[:2], **options)  # half written, then the worker is gone
+        raise ConnectionError("worker lost")
+
+    monkeypatch.setattr(imports, "create_items", lost)
+    with pytest.raises(ConnectionError):
+        imports.run_import(row.pk)
+    row.refresh_from_db()
+    assert row.state == UploadState.PENDING and row.path.exists() and not Item.objects.exists()
+
+    monkeypatch.setattr(imports, "create_items", real)
+    assert imports.run_import(row.pk) == UploadState.ACCEPTED
+    assert Item.objects.count() == 4
+
+
+def test_a_file_missing_from_storage_is_refused_saying_why(project, project_admin, queued) -> None:
+    row = imports.queue_import(project, project_admin, _jsonl({"inputs": DECISION}), name="a.jsonl")
+    row.path.unlink()
+
+    assert imports.run_import(row.pk) == UploadState.REFUSED
+
+    row.refresh_from_db()
+    assert "no longer in the artifact storage" in row.problems[0] and "must share it" in row.problems[0]
+
+
+def test_an_import_of_a_deleted_project_does_nothing(project, project_admin, queued) -> None:
+    row = imports.queue_import(project, project_admin, _jsonl({"inputs": DECISION}), name="a.jsonl")
+    project.delete()
+
+    assert imports.run_import(row.pk) == "missing"
+    assert not Item.objects.exists()
+
+
+def test_an_import_over_the_time_limit_is_refused_and_its_file_removed(project, project_admin, queued,
+                                                                      monkeypatch) -> None:
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from annotate import tasks
+
+    row = imports.queue_import(project, project_admin, _jsonl({"inputs": DECISION}), name="a.jsonl")
+
+    def slow(pk):
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(imports, "run_import", slow)
+    assert tasks.import_item_file(row.pk) == UploadState.REFUSED
+
+    row.refresh_from_db()
+    assert row.state == UploadState.REFUSED and "took longer than 30 minutes" in row.reason
+    assert "Split it" in row.problems[0] and not row.path.parent.exists()
+
+
+def test_staff_see_each_import_and_its_problems_in_the_admin(admin_client, project, project_admin, queued) -> None:
+    from django.urls import reverse
+
+    row = imports.queue_import(project, project_admin, _jsonl('{"inputs": '), name="bad.jsonl")
+    imports.run_import(row.pk)
+
+    listing = admin_client.get(reverse("admin:annotate_itemimport_changelist")).content.decode()
+    change = admin_client.get(reverse("admin:annotate_itemimport_change", args=[row.pk])).content.decode()
+
+    assert "bad.jsonl" in listing and "Refused" in listing
+    assert "line 1: not valid JSON" in change
+    assert admin_client.get(reverse("admin:annotate_itemimport_add")).status_code == 403

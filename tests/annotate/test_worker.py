@@ -51,7 +51,7 @@ def backend_redis_worker(tmp_path: Path, monkeypatch, request):
     )
     client = Celery("client", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
     client.conf.broker_transport_options = {"global_keyprefix": BROKER_KEYPREFIX}
-    for name in ("predict_items", "run_export", "check_model_upload"):
+    for name in ("predict_items", "run_export", "check_model_upload", "import_item_file"):
         # The task object of the project's app itself, not the `shared_task` proxy: a proxy resolves to the
         # current app of the thread that reads it, and the live server's thread may see another one.
         monkeypatch.setattr(celery_app.tasks[getattr(annotate_tasks, name).name], "delay",
@@ -88,6 +88,21 @@ def test_imported_items_are_predicted_by_a_real_worker(project, backend_redis_wo
     assert item.status == ItemStatus.READY
     assert item.prediction.trace["operations"][0]["type"] == "Decision"
     assert item.confidence == item.prediction.confidence
+
+
+@pytest.mark.redis
+def test_an_uploaded_items_file_is_imported_and_predicted_by_a_real_worker(project, project_admin,
+                                                                         backend_redis_worker, wait_until) -> None:
+    inputs = {"question": "Why?", "evidence": [{"source_id": "log", "text": "refused"}],
+              "hypotheses": [{"id": "db", "text": "database"}, {"id": "dns", "text": "dns"}]}
+    lines = "\n".join(json.dumps({"inputs": {**inputs, "question": f"Why {n}?"}}) for n in range(10))
+
+    row = imports.queue_import(project, project_admin, io.BytesIO(lines.encode()), name="items.jsonl")
+
+    wait_until(lambda: Item.objects.filter(project=project, status=ItemStatus.READY).count() == 10, timeout=180,
+               what="the worker to import and predict every item")
+    row.refresh_from_db()
+    assert row.state == UploadState.ACCEPTED and row.count == 10 and not row.path.parent.exists()
 
 
 @pytest.mark.redis
