@@ -23,6 +23,7 @@ urlpatterns = [
     path(project + "members/<int:pk>/remove/", projects.member_remove, name="member_remove"),
     path(project + "version/", projects.version_select, name="version_select"),
     path(project + "import/", transfer.project_import, name="project_import"),
+    path(project + "import/<int:pk>/status/", transfer.import_status, name="import_status"),
     path(project + "experience/", transfer.experience_upload, name="experience_upload"),
     path(project + "experience/<int:pk>/status/", transfer.upload_status, name="upload_status"),
     path(project + "experience/<int:pk>/remove/", transfer.upload_remove, name="upload_remove"),

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET
 
 from annotate import progress
 from annotate.forms import ExperienceUploadForm, ExportForm, ImportForm
-from annotate.models import FINAL_KINDS, Answer, Item, ItemStatus, Membership, Project
+from annotate.models import FINAL_KINDS, Answer, Item, ItemStatus, Membership, Project, UploadState
 from annotate.views import access
 
 _FINISHED = (ItemStatus.DONE, ItemStatus.SKIPPED)
@@ -79,6 +79,8 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         context["exports"] = project.exports.all()[:5]
         context["upload_form"] = ExperienceUploadForm()
         context["uploads"] = project.experience_uploads.all()[:5]
+        context["imports"] = list(project.item_imports.recent())
+        context["importing"] = any(row.state == UploadState.PENDING for row in context["imports"])
         context["reviewers"] = _reviewer_progress(project)
         context["open_disagreements"] = project.items.filter(disagreement=True, adjudication__isnull=True).count()
     return render(request, "annotate/project_detail.html", context)

@@ -1,4 +1,5 @@
-"""Import (a JSONL upload) and export (a Celery task with a progress bar and a download) for project admins."""
+"""Import (a JSONL upload a worker imports, its row polling until done) and export (a Celery task with a progress
+bar and a download) for project admins."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HTMX_STOP_POLLING
 
 from annotate.forms import ExperienceUploadForm, ExportForm, ImportForm
-from annotate.models import ExperienceUpload, Export
+from annotate.models import ExperienceUpload, Export, ItemImport
 from annotate.views import access
 from annotate.views.uploads import remove_row, upload_row
 
@@ -19,7 +20,7 @@ from annotate.views.uploads import remove_row, upload_row
 @require_POST
 @login_required
 def project_import(request: HttpRequest, slug: str) -> HttpResponse:
-    """Validate every line of an uploaded JSONL file; import all of it or nothing, then predict in the worker."""
+    """Store an uploaded JSONL file and queue its import; the project page follows it until a worker is done."""
     project = access.admin_project(request, slug)
     form = ImportForm(request.POST, request.FILES)
     if not form.is_valid():
@@ -28,17 +29,24 @@ def project_import(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect("project_detail", slug=project.slug)
     from annotate import imports
 
+    upload = form.cleaned_data["file"]
     try:
-        result = imports.import_jsonl(project, form.cleaned_data["file"])
+        imports.queue_import(project, request.user, upload, name=upload.name)
     except imports.ImportRejected as exc:
-        messages.error(request, f"Nothing was imported: {exc.total} problem{'s' if exc.total != 1 else ''} "
-                                "in the file. Fix them and upload it again.")
-        for error in exc.errors[:10]:
-            messages.error(request, error)
+        messages.error(request, f"Nothing was imported: {exc}")
         return redirect("project_detail", slug=project.slug)
-    messages.success(request, f"Imported {result.count} item{'s' if result.count != 1 else ''}; "
-                              "the model's predictions are on their way.")
+    messages.success(request, f"{upload.name} uploaded: every line is being checked, and nothing is imported "
+                              "unless all of them are right. Its progress is under the import form.")
     return redirect("project_detail", slug=project.slug)
+
+
+@require_GET
+@login_required
+def import_status(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """An item import's row, as a fragment; HTTP 286 once a worker imported the file or refused it."""
+    project = access.admin_project(request, slug)
+    row = get_object_or_404(ItemImport, pk=pk, project=project)
+    return upload_row(request, "annotate/_import_status.html", row, project)
 
 
 @require_POST

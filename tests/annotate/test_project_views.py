@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from annotate import queue
+from annotate import imports, queue
 from annotate.models import (
     Answer,
     AnswerKind,
@@ -19,10 +19,12 @@ from annotate.models import (
     Export,
     ExportState,
     Item,
+    ItemImport,
     ItemStatus,
     Membership,
     Project,
     Role,
+    UploadState,
 )
 from tests.annotate.conftest import DECISION_INPUT
 from tests.annotate.conftest import make_ready_items as ready_items
@@ -162,26 +164,57 @@ def test_outsider_gets_404_on_admin_pages(client, project, outsider) -> None:
 
 
 @pytest.mark.django_db
-def test_import_upload_creates_items(client, project, project_admin) -> None:
+def test_import_upload_is_queued_and_its_row_polls_until_the_worker_imported_it(
+        client, project, project_admin, django_capture_on_commit_callbacks, monkeypatch) -> None:
+    from annotate import tasks
+
+    queued = []
+    monkeypatch.setattr(tasks.import_item_file, "delay", lambda pk: queued.append(pk))
     client.force_login(project_admin)
 
-    response = client.post(reverse("project_import", args=[project.slug]),
-                           {"file": _jsonl({"inputs": DECISION_INPUT}, {"inputs": DECISION_INPUT})}, follow=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("project_import", args=[project.slug]),
+                               {"file": _jsonl({"inputs": DECISION_INPUT}, {"inputs": DECISION_INPUT})}, follow=True)
 
-    assert "Imported 2 items" in response.content.decode()
+    page = response.content.decode()
+    row = ItemImport.objects.get()
+    assert queued == [row.pk] and row.state == UploadState.PENDING and row.path.exists()
+    assert "items.jsonl uploaded: every line is being checked" in page
+    assert "Importing" in page and reverse("import_status", args=[project.slug, row.pk]) in page  # polls
+    assert not Item.objects.exists()  # the worker imports
+
+    assert imports.run_import(row.pk) == UploadState.ACCEPTED
+    status = client.get(reverse("import_status", args=[project.slug, row.pk]), HTTP_HX_REQUEST="true")
+    assert status.status_code == 286  # htmx stops polling
+    assert "Imported 2 items" in status.content.decode() and "hx-get" not in status.content.decode()
     assert Item.objects.filter(project=project).count() == 2
 
 
 @pytest.mark.django_db
-def test_import_upload_with_a_bad_line_imports_nothing_and_names_the_line(client, project, project_admin) -> None:
+def test_import_with_a_bad_line_imports_nothing_and_its_row_names_the_line(client, project, project_admin) -> None:
     client.force_login(project_admin)
     body = SimpleUploadedFile("items.jsonl", json.dumps({"inputs": DECISION_INPUT}).encode() + b"\n{not json\n")
+    client.post(reverse("project_import", args=[project.slug]), {"file": body})
 
-    response = client.post(reverse("project_import", args=[project.slug]), {"file": body}, follow=True)
+    imports.run_import(ItemImport.objects.get().pk)
 
-    page = response.content.decode()
-    assert "Nothing was imported" in page and "line 2" in page
+    page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
+    assert "Nothing imported" in page and "1 problem in the file" in page and "line 2: not valid JSON" in page
     assert not Item.objects.exists()
+
+
+@pytest.mark.django_db
+def test_import_status_is_for_the_projects_admins_only(client, project, project_admin, reviewer, outsider) -> None:
+    row = imports.queue_import(project, project_admin, _jsonl({"inputs": DECISION_INPUT}), name="a.jsonl")
+    url = reverse("import_status", args=[project.slug, row.pk])
+    client.force_login(reviewer)
+    assert client.get(url).status_code == 403
+    client.force_login(outsider)
+    assert client.get(url).status_code == 404
+    other = Project.objects.create(name="Other", slug="other", tool=project.tool, mode=project.mode)
+    Membership.objects.create(project=other, user=project_admin, role=Role.ADMIN)
+    client.force_login(project_admin)
+    assert client.get(reverse("import_status", args=[other.slug, row.pk])).status_code == 404  # not its project
 
 
 @pytest.mark.django_db

@@ -1,0 +1,58 @@
+"""In a real browser: an admin uploads a JSONL file of items and watches a worker import it (the row polls), and
+a file with bad lines imports nothing and lists what to fix, each problem naming its line."""
+
+from __future__ import annotations
+
+import pytest
+
+from annotate import imports, tasks
+from annotate.models import Item, ItemImport, ItemStatus, Role, UploadState
+from tests.e2e.conftest import sign_in
+from tests.e2e.test_review_loop import jsonl, make_project, users  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_an_import_is_followed_on_the_page_until_the_worker_is_done(page, artifacts, users, monkeypatch,  # noqa: F811
+                                                                     tmp_path) -> None:
+    admin, reviewer = users
+    project = make_project("decision", "rank", (admin, Role.ADMIN), (reviewer, Role.REVIEWER))
+    queued: list[int] = []
+    monkeypatch.setattr(tasks.import_item_file, "delay", lambda pk: queued.append(pk))  # the worker is this test
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/{project.slug}/")
+
+    upload = tmp_path / "outages.jsonl"
+    upload.write_bytes(jsonl("decision", "rank", 5))
+    page.get_by_label("JSONL file of tool inputs").set_input_files(str(upload))
+    page.get_by_role("button", name="Import").click()
+    page.get_by_text("outages.jsonl uploaded: every line is being checked").wait_for()
+    row = page.locator(".import-status").first
+    row.get_by_text("Importing").wait_for()
+    page.get_by_text("No items yet: a file is being imported below.").wait_for()
+    page.screenshot(path=str(artifacts / "import-pending.png"), full_page=True)
+    assert queued == [ItemImport.objects.get().pk] and not Item.objects.exists()
+
+    imports.run_import(queued[0])  # what the worker does; the row finds out by itself
+
+    row.get_by_text("Imported 5 items").wait_for()
+    assert "predictions are on their way" in row.inner_text()
+    assert Item.objects.filter(project=project, status=ItemStatus.PENDING).count() == 5
+    page.screenshot(path=str(artifacts / "import-done.png"), full_page=True)
+
+    # A file with two bad lines: nothing is imported, and the row says what to fix.
+    lines = jsonl("decision", "rank", 3).decode().splitlines()
+    lines[1] = '{"inputs": {"question": "no hypotheses"}'
+    lines.append('{"input": {}}')
+    upload.write_text("\n".join(lines) + "\n")
+    page.get_by_label("JSONL file of tool inputs").set_input_files(str(upload))
+    page.get_by_role("button", name="Import").click()
+    page.get_by_text("outages.jsonl uploaded").wait_for()
+    imports.run_import(queued[1])
+    bad = page.locator(f"#import-{queued[1]}")
+    bad.get_by_text("Nothing imported").wait_for()
+    text = bad.inner_text()
+    assert "2 problems in the file" in text and "line 2: not valid JSON" in text and "line 4: unknown field" in text
+    assert ItemImport.objects.get(pk=queued[1]).state == UploadState.REFUSED
+    assert Item.objects.count() == 5
+    page.screenshot(path=str(artifacts / "import-refused.png"), full_page=True)
