@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -222,8 +223,10 @@ def test_demo_serves_and_ctrl_c_stops_server_and_worker(site) -> None:
     """Command one's promise: the printed address answers, and Ctrl-C stops the web server and the worker."""
     folder, env, _ = site  # seeded already: this run only starts the worker and the server
     port = _free_port()
+    # As a terminal starts it: with Ctrl-C's default action, even where this run inherited SIGINT ignored (a
+    # shell ignores it in the commands it starts in the background, and Python then leaves it ignored).
     demo = subprocess.Popen([str(BIN / "python"), "manage.py", "demo", f"127.0.0.1:{port}"], cwd=folder,
-                            env={**env, "PYTHONFAULTHANDLER": "1"},
+                            env={**env, "PYTHONFAULTHANDLER": "1"}, preexec_fn=_default_sigint,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     worker = None
@@ -249,9 +252,7 @@ def test_demo_serves_and_ctrl_c_stops_server_and_worker(site) -> None:
         try:
             rest, _ = demo.communicate(timeout=120)
         except subprocess.TimeoutExpired:  # fail with every thread's stack (faulthandler dumps them on SIGABRT)
-            os.kill(demo.pid, signal.SIGABRT)
-            rest, _ = demo.communicate(timeout=30)
-            pytest.fail(f"the demo did not stop within 120 s of Ctrl-C:\n{''.join(lines)}{rest}")
+            pytest.fail(f"the demo did not stop within 120 s of Ctrl-C:\n{_stacks(demo, worker, lines)}")
         assert demo.returncode == 0, "".join(lines) + rest
         assert "Celery worker stopped" in rest
         with pytest.raises(ProcessLookupError):
@@ -265,6 +266,30 @@ def test_demo_serves_and_ctrl_c_stops_server_and_worker(site) -> None:
         if worker is not None:  # in its own session: a demo killed above would leave it running
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker, signal.SIGKILL)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _stacks(demo: subprocess.Popen, worker: int, lines: list[str]) -> str:
+    """What a hung demo and its worker were doing: faulthandler (on in both) prints every thread's stack on
+    SIGABRT. The worker shares the demo's output, so the output ends only once both are gone."""
+    alive = demo.poll() is None
+    for pid in (demo.pid, worker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGABRT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        demo.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    with contextlib.suppress(ProcessLookupError):  # until the worker has written its stacks and died
+        while time.monotonic() < deadline:
+            os.kill(worker, 0)
+            time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(worker, signal.SIGKILL)
+    rest, _ = demo.communicate(timeout=30)
+    return f"(the demo was {'still running' if alive else 'gone'})\n{''.join(lines)}{rest}"
 
 
 def test_pip_install_examples_name_extras_the_package_has() -> None:
