@@ -44,9 +44,7 @@ def project_import(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def import_status(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """An item import's row, as a fragment; HTTP 286 once a worker imported the file or refused it."""
-    project = access.admin_project(request, slug)
-    row = get_object_or_404(ItemImport, pk=pk, project=project)
-    return upload_row(request, "annotate/_import_status.html", row, project)
+    return _row(request, slug, ItemImport, pk, "annotate/_import_status.html")
 
 
 @require_POST
@@ -75,9 +73,12 @@ def experience_upload(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def upload_status(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """An experience upload's check, as a fragment; HTTP 286 once accepted or refused."""
+    return _row(request, slug, ExperienceUpload, pk, "annotate/_upload_status.html")
+
+
+def _row(request: HttpRequest, slug: str, model, pk: int, template: str) -> HttpResponse:
     project = access.admin_project(request, slug)
-    upload = get_object_or_404(ExperienceUpload, pk=pk, project=project)
-    return upload_row(request, "annotate/_upload_status.html", upload, project)
+    return upload_row(request, template, get_object_or_404(model, pk=pk, project=project), project)
 
 
 @require_POST
