@@ -9,6 +9,7 @@ one transaction and their predictions are queued for a worker once it commits.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -293,8 +294,14 @@ def _import(project: Project, records: list[tuple[str, Any]], errors: list[str],
             errors.append(f"{where}: {exc}")
         records[index] = None  # the checked copy is kept; the parsed one can go
     if errors:
+        errors.sort(key=_line_number)  # a file's unreadable lines were found first; list them all from the top
         raise ImportRejected(errors[:MAX_ERRORS], total=len(errors))
     return create_items(project, inputs_list, predict=predict)
+
+
+def _line_number(error: str) -> int:
+    found = re.match(r"(?:line |items\[)(\d+)", error)
+    return int(found.group(1)) if found else 0
 
 
 def _insert(rows: list[Item]) -> list[int]:

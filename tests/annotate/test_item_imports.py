@@ -232,7 +232,8 @@ def test_problems_are_recorded_with_their_lines_and_nothing_is_imported(project,
     row.refresh_from_db()
     assert row.reason == "32 problems in the file" and row.problem_total == 32
     assert len(row.problems) == imports.MAX_ERRORS and row.more_problems == 32 - imports.MAX_ERRORS
-    assert row.problems[0].startswith("line 2: not valid JSON") and row.problems[1].startswith("line 4: not valid")
+    assert row.problems[0].startswith("line 2: not valid JSON")  # listed by line, whichever check found them
+    assert row.problems[1].startswith("line 3: unknown field") and row.problems[2].startswith("line 4: not valid")
     assert not Item.objects.exists() and not row.path.parent.exists()
 
 
