@@ -306,3 +306,27 @@ def test_staff_see_each_import_and_its_problems_in_the_admin(admin_client, proje
     assert "bad.jsonl" in listing and "Refused" in listing
     assert "line 1: not valid JSON" in change
     assert admin_client.get(reverse("admin:annotate_itemimport_add")).status_code == 403
+
+
+@pytest.mark.parametrize("piece", [1, 7, 64, 1 << 16])
+def test_lines_split_across_the_pieces_read_import_the_same(project, piece) -> None:
+    """The file is read and checked in pieces: a line cut anywhere between two is still one line."""
+    records = [{"inputs": {**DECISION, "question": f"q{n}"}} for n in range(5)]
+    body = _jsonl(records[0], "", *records[1:]).getvalue().replace(b"\n", b"\r\n", 1)  # a Windows line end too
+    pieces = [body[start:start + piece] for start in range(0, len(body), piece)]
+
+    result = imports.import_jsonl(project, pieces, predict=False)
+
+    assert [item.inputs["question"] for item in Item.objects.order_by("pk")] == [f"q{n}" for n in range(5)]
+    assert result.count == 5
+
+
+def test_a_bad_line_in_a_later_piece_names_its_line(project) -> None:
+    body = _jsonl(*[{"inputs": DECISION}] * 3, '{"inputs": ', {"inputs": DECISION}).getvalue()
+    pieces = [body[start:start + 10] for start in range(0, len(body), 10)]
+
+    with pytest.raises(imports.ImportRejected) as caught:
+        imports.import_jsonl(project, pieces, predict=False)
+
+    assert caught.value.errors == ["line 4: not valid JSON (Expecting value: line 1 column 12 (char 11))"]
+    assert not Item.objects.exists()
