@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -276,19 +275,16 @@ def _stacks(demo: subprocess.Popen, worker: int, lines: list[str]) -> str:
     """What a hung demo and its worker were doing: faulthandler (on in both) prints every thread's stack on
     SIGABRT. The worker shares the demo's output, so the output ends only once both are gone."""
     alive = demo.poll() is None
-    for pid in (demo.pid, worker):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGABRT)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        demo.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    with contextlib.suppress(ProcessLookupError):  # until the worker has written its stacks and died
-        while time.monotonic() < deadline:
-            os.kill(worker, 0)
-            time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(worker, signal.SIGKILL)
-    rest, _ = demo.communicate(timeout=30)
+        os.kill(demo.pid, signal.SIGABRT)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(worker, signal.SIGABRT)  # the worker and its beat process: each writes its stacks and ends
+    try:
+        rest, _ = demo.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # something of the worker's still holds the output open
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker, signal.SIGKILL)
+        rest, _ = demo.communicate(timeout=30)
     return f"(the demo was {'still running' if alive else 'gone'})\n{''.join(lines)}{rest}"
 
 
