@@ -12,12 +12,13 @@ from collections.abc import Callable
 
 from django.db.models import Count
 from django.http import HttpRequest, JsonResponse
+from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from annotate import export as exports
 from annotate import imports, itemlist
-from annotate.models import Answer, ApiToken, Export, Item, Project, Role
+from annotate.models import Answer, ApiToken, Export, Item, ItemImport, Project, Role
 
 
 def _error(status: int, message: str, **extra) -> JsonResponse:
@@ -133,6 +134,69 @@ def items(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
     except imports.ImportRejected as exc:
         return _error(400, "nothing was imported", errors=exc.errors, total_errors=exc.total)
     return JsonResponse({"created": result.count, "ids": result.item_ids}, status=201)
+
+
+@require_POST
+@token_required
+def create_import(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
+    """`POST /api/projects/<slug>/imports` with a JSONL file as the body: store it and queue its import (202).
+
+    The import page's path for files of any size: a worker checks and imports the file whole or not at all, and
+    `GET /api/imports/<id>` (the `Location`) tells how it went. Importing 64 MiB of small items takes about a
+    minute, longer than a proxy waits for `POST .../items`. The body is the file itself
+    (`curl --data-binary @items.jsonl`), or a form with the file as its `file` field (`curl -F file=@items.jsonl`).
+    """
+    project = _reachable(token, slug)
+    if project is None:
+        return _not_reachable(slug)
+    if project.role_of(token.user) != Role.ADMIN:
+        return _error(403, f"importing into {slug!r} needs the project's admin role")
+    limit = imports.max_upload_bytes()
+    length = request.headers.get("Content-Length", "")
+    if length.isdigit() and int(length) > limit:
+        return _error(413, imports.too_large(limit))
+    name = ""
+    stream = request
+    if request.content_type == "multipart/form-data":
+        files = request.FILES.getlist("file")
+        if len(files) != 1:
+            return _error(400, "a form upload needs exactly one file, in the field 'file'")
+        stream, name = files[0], files[0].name
+    elif length in ("", "0"):
+        return _error(400, "the body is empty: send the JSONL file as the body, one {\"inputs\": ...} per line")
+    try:
+        row = imports.queue_import(project, token.user, stream, name=name)
+    except imports.ImportRejected as exc:  # only ever too large: the lines are checked by the worker
+        return _error(413, str(exc))
+    response = JsonResponse(import_json(row), status=202)
+    response["Location"] = reverse("api:import", args=[row.pk])
+    return response
+
+
+@require_GET
+@token_required
+def import_detail(request: HttpRequest, token: ApiToken, import_id: int) -> JsonResponse:
+    """`GET /api/imports/<id>`: an import's state (`PENDING`, `ACCEPTED`, `REFUSED`), its count or its problems."""
+    row = ItemImport.objects.filter(pk=import_id).select_related("project").first()
+    if row is None or not token.reaches(row.project) or row.project.role_of(token.user) != Role.ADMIN:
+        return _error(404, f"no import {import_id} that this token can reach")
+    return JsonResponse(import_json(row))
+
+
+def import_json(row: ItemImport) -> dict:
+    return {
+        "id": row.pk,
+        "project": row.project.slug,
+        "state": row.state,
+        "name": row.original_name,
+        "size": row.size,
+        "created": row.count,
+        "errors": row.problems,
+        "total_errors": row.problem_total,
+        "reason": row.reason,
+        "created_at": row.created_at.isoformat(),
+        "checked_at": row.checked_at.isoformat() if row.checked_at else None,
+    }
 
 
 def list_items(request: HttpRequest, token: ApiToken, project: Project) -> JsonResponse:

@@ -16,6 +16,8 @@ urlpatterns = [
     path("projects/<slug:slug>/items/<int:item_id>/adjudication", api_agreement.adjudicate, name="adjudication"),
     path("projects/<slug:slug>/agreement", api_agreement.project_agreement, name="agreement"),
     path("projects/<slug:slug>/disagreements", api_agreement.disagreements, name="disagreements"),
+    path("projects/<slug:slug>/imports", api.create_import, name="imports"),
+    path("imports/<int:import_id>", api.import_detail, name="import"),
     path("projects/<slug:slug>/exports", api.create_export, name="exports"),
     path("exports/<int:export_id>", api.export_detail, name="export"),
 ]

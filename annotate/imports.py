@@ -93,7 +93,7 @@ def queue_import(project: Project, user, stream, *, name: str = "") -> ItemImpor
 
     limit = max_upload_bytes()
     if (getattr(stream, "size", None) or 0) > limit:
-        raise ImportRejected([_too_large(limit)])
+        raise ImportRejected([too_large(limit)])
     with transaction.atomic():
         row = ItemImport.objects.create(project=project, uploaded_by=user if getattr(user, "pk", None) else None,
                                         original_name=str(name).replace("\x00", "")[:255])
@@ -103,7 +103,7 @@ def queue_import(project: Project, user, stream, *, name: str = "") -> ItemImpor
         except BaseException as exc:  # the row rolls back: its directory goes too
             shutil.rmtree(row.path.parent, ignore_errors=True)
             if isinstance(exc, storage.TooLarge):
-                raise ImportRejected([_too_large(limit)]) from None
+                raise ImportRejected([too_large(limit)]) from None
             raise
         row.size = path.stat().st_size
         row.save(update_fields=["size"])
@@ -178,7 +178,7 @@ def read_limited(stream: IO[bytes] | Iterable[bytes], max_bytes: int) -> bytes:
     for chunk in pieces:
         size += len(chunk)
         if size > max_bytes:
-            raise ImportRejected([_too_large(max_bytes)])
+            raise ImportRejected([too_large(max_bytes)])
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -331,7 +331,7 @@ def _lines(stream: IO[bytes] | Iterable[bytes], max_bytes: int):
     for chunk in stream.chunks() if hasattr(stream, "chunks") else _blocks(stream):
         size += len(chunk)
         if size > max_bytes:
-            raise ImportRejected([_too_large(max_bytes)])
+            raise ImportRejected([too_large(max_bytes)])
         parts = chunk.split(b"\n")
         if len(parts) > 1:
             yield b"".join([*pending, parts[0]])
@@ -359,7 +359,8 @@ def _kind(value: Any) -> str:
     )
 
 
-def _too_large(limit: int) -> str:
+def too_large(limit: int) -> str:
+    """The message for a file over the import limit."""
     return f"file: larger than the import limit of {_size(limit)}; split it into parts"
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
+from annotate import storage
 from annotate.models import ApiToken, Export, Item, Membership, Project, Role
 
 pytestmark = pytest.mark.django_db
@@ -176,3 +178,113 @@ def test_api_export_starts_and_reports_progress(client, project, admin_key, read
 
     assert started.status_code == 202
     assert status.json()["state"] == "PENDING" and status.json()["total"] == 1
+
+
+def _jsonl(*records) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" if not isinstance(r, bytes) else r + b"\n" for r in records)
+
+
+def test_api_file_import_is_queued_and_its_status_follows_the_worker(
+        client, project, admin_key, django_capture_on_commit_callbacks, monkeypatch) -> None:
+    from annotate import imports, tasks
+    from annotate.models import ItemImport, UploadState
+
+    queued = []
+    monkeypatch.setattr(tasks.import_item_file, "delay", lambda pk: queued.append(pk))
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {admin_key}"}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        started = client.post("/api/projects/outages/imports", data=_jsonl({"inputs": GOOD}, {"inputs": GOOD}),
+                              content_type="application/x-ndjson", **auth)
+
+    assert started.status_code == 202, started.content
+    row = ItemImport.objects.get()
+    assert started["Location"] == f"/api/imports/{row.pk}" and queued == [row.pk]
+    assert started.json() | {"created_at": None} == {
+        "id": row.pk, "project": "outages", "state": "PENDING", "name": "", "size": row.path.stat().st_size,
+        "created": 0, "errors": [], "total_errors": 0, "reason": "", "created_at": None, "checked_at": None}
+    assert not Item.objects.exists()  # the worker imports
+
+    assert imports.run_import(row.pk) == UploadState.ACCEPTED
+    done = client.get(started["Location"], **auth).json()
+    assert done["state"] == "ACCEPTED" and done["created"] == 2 and done["checked_at"]
+    assert Item.objects.filter(project=project).count() == 2
+
+
+def test_api_file_import_takes_a_form_upload_and_reports_problems_by_line(client, project, admin_key) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from annotate import imports
+
+    upload = SimpleUploadedFile("batch.jsonl", _jsonl({"inputs": GOOD}, b"{not json", {"inputs": {"question": 1}}))
+    started = client.post("/api/projects/outages/imports", {"file": upload}, HTTP_AUTHORIZATION=f"Bearer {admin_key}")
+    assert started.status_code == 202 and started.json()["name"] == "batch.jsonl"
+
+    imports.run_import(started.json()["id"])
+
+    status = client.get(started["Location"], HTTP_AUTHORIZATION=f"Bearer {admin_key}").json()
+    assert status["state"] == "REFUSED" and status["created"] == 0 and status["total_errors"] == 2
+    assert status["errors"][0].startswith("line 2: not valid JSON") and status["errors"][1].startswith("line 3: ")
+    assert not Item.objects.exists()
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (b"", 400, "the body is empty"),
+    (b"x" * 200, 413, "larger than the import limit of 100 bytes"),
+])
+def test_api_file_import_refuses_an_empty_or_oversize_body(client, project, admin_key, settings,
+                                                           body, status, message) -> None:
+    from annotate.models import ItemImport
+
+    settings.TC_IMPORT_MAX_BYTES = 100
+    response = client.post("/api/projects/outages/imports", data=body, content_type="application/x-ndjson",
+                           HTTP_AUTHORIZATION=f"Bearer {admin_key}")
+
+    assert response.status_code == status and message in response.json()["error"]
+    assert not ItemImport.objects.exists()
+
+
+def test_api_file_import_refuses_a_body_that_proves_larger_than_it_said(project, project_admin, settings) -> None:
+    """The limit holds while the file is stored, not only against the Content-Length the client sent."""
+    from django.http import HttpRequest
+
+    from annotate import api
+    from annotate.models import ItemImport
+
+    settings.TC_IMPORT_MAX_BYTES = 100
+    request = HttpRequest()
+    request.method, request.META["CONTENT_TYPE"], request.META["CONTENT_LENGTH"] = "POST", "application/x-ndjson", "9"
+    request._stream = io.BytesIO(b"x" * 500)
+    request.META["HTTP_AUTHORIZATION"] = f"Bearer {ApiToken.objects.issue(project_admin)[1]}"
+
+    response = api.create_import(request, slug="outages")
+
+    assert response.status_code == 413 and not ItemImport.objects.exists()
+    assert not list((storage.root() / "imports").glob("*/*"))  # nothing half-stored
+
+
+def test_api_file_import_and_its_status_are_for_the_projects_admins(client, project, admin_key, reviewer_key,
+                                                                    project_admin) -> None:
+    from annotate import imports
+
+    refused = client.post("/api/projects/outages/imports", data=_jsonl({"inputs": GOOD}),
+                          content_type="application/x-ndjson", HTTP_AUTHORIZATION=f"Bearer {reviewer_key}")
+    row = imports.queue_import(project, project_admin, io.BytesIO(_jsonl({"inputs": GOOD})))
+    hidden = client.get(f"/api/imports/{row.pk}", HTTP_AUTHORIZATION=f"Bearer {reviewer_key}")
+    missing = client.get(f"/api/imports/{row.pk + 1}", HTTP_AUTHORIZATION=f"Bearer {admin_key}")
+
+    assert refused.status_code == 403 and "admin role" in refused.json()["error"]
+    assert hidden.status_code == 404 and missing.status_code == 404
+    assert hidden.json()["error"] == f"no import {row.pk} that this token can reach"
+
+
+def test_api_file_import_reads_the_body_whatever_its_content_type(client, project, admin_key) -> None:
+    """`curl --data-binary` labels the body a URL-encoded form unless told otherwise: it is still the file."""
+    from annotate import imports
+    from annotate.models import ItemImport
+
+    started = client.post("/api/projects/outages/imports", data=_jsonl({"inputs": GOOD}),
+                          content_type="application/x-www-form-urlencoded", HTTP_AUTHORIZATION=f"Bearer {admin_key}")
+
+    assert started.status_code == 202
+    assert imports.run_import(ItemImport.objects.get().pk) == "ACCEPTED" and Item.objects.count() == 1
