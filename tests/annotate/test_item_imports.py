@@ -44,6 +44,18 @@ def test_import_reports_bad_json_with_line_number_and_imports_nothing(project) -
     assert not Item.objects.exists()
 
 
+def test_items_written_before_a_bad_line_roll_back(project, monkeypatch) -> None:
+    """Batches are written as lines are checked, so a problem after them must take them back out."""
+    monkeypatch.setattr(imports, "BULK_BATCH", 2)
+    good = {"inputs": {"question": "q", "evidence": [], "hypotheses": [{"id": "x", "text": "one"}]}}
+
+    with pytest.raises(imports.ImportRejected) as caught:
+        imports.import_jsonl(project, _jsonl(*[good] * 5, '{"inputs": 1}', good), predict=False)
+
+    assert [e.split(":")[0] for e in caught.value.errors] == ["line 6"]
+    assert not Item.objects.exists()
+
+
 def test_import_refuses_nan(project) -> None:
     with pytest.raises(imports.ImportRejected, match="line 1: not valid JSON.*NaN"):
         imports.import_jsonl(project, _jsonl('{"inputs": NaN}'))
@@ -240,19 +252,23 @@ def test_problems_are_recorded_with_their_lines_and_nothing_is_imported(project,
 def test_an_import_cut_short_commits_nothing_and_runs_again_from_the_start(project, project_admin, queued,
                                                                           monkeypatch) -> None:
     row = imports.queue_import(project, project_admin, _jsonl(*[{"inputs": DECISION}] * 4), name="a.jsonl")
-    real = imports.create_items
+    monkeypatch.setattr(imports, "BULK_BATCH", 2)
+    real, written = imports._write, []
 
-    def lost(project, inputs_list, **options):
-        real(project, inputs_list[:2], **options)  # half written, then the worker is gone
-        raise ConnectionError("worker lost")
+    def lost(project, inputs_list):
+        if written:
+            raise ConnectionError("worker lost")  # half written, then the worker is gone
+        written.extend(real(project, inputs_list))
+        return written
 
-    monkeypatch.setattr(imports, "create_items", lost)
+    monkeypatch.setattr(imports, "_write", lost)
     with pytest.raises(ConnectionError):
         imports.run_import(row.pk)
     row.refresh_from_db()
-    assert row.state == UploadState.PENDING and row.path.exists() and not Item.objects.exists()
+    assert len(written) == 2 and row.state == UploadState.PENDING and row.path.exists()
+    assert not Item.objects.exists()
 
-    monkeypatch.setattr(imports, "create_items", real)
+    monkeypatch.setattr(imports, "_write", real)
     assert imports.run_import(row.pk) == UploadState.ACCEPTED
     assert Item.objects.count() == 4
 
