@@ -50,7 +50,7 @@ def _fill(route: str, slug: str, ident: int | dict) -> str:
     if isinstance(ident, dict):
         ident = next((pk for word, pk in ident.items() if word in route), ident["items"])
     path = "/" + route.replace("<slug:slug>", slug)
-    for name in ("<int:pk>", "<int:item_id>", "<int:export_id>"):
+    for name in ("<int:pk>", "<int:item_id>", "<int:export_id>", "<int:import_id>"):
         path = path.replace(name, str(ident))
     assert "<" not in path, f"a URL argument this test does not fill: {route}"
     return path
@@ -66,7 +66,8 @@ def _objects(project: Project, item: Item, admin, reviewer) -> dict[str, int]:
     upload = imports.upload_experience(project, admin, [b'{"format": "tensorcode-experience"}'], name="e.json")
     job = services.launch(project, base_version=project.current_version, enqueue=False, epochs=1, minibatch_size=4)
     member = Membership.objects.get(project=project, user=reviewer)
-    return {"exports": made.pk, "experience": upload.pk, "versions": project.current_version_id,
+    queued = imports.queue_import(project, admin, [b"{}\n"], name="items.jsonl")
+    return {"exports": made.pk, "experience": upload.pk, "import": queued.pk, "versions": project.current_version_id,
             "members": member.pk, "jobs/": job.pk, "items": item.pk}
 
 
