@@ -144,7 +144,8 @@ def create_import(request: HttpRequest, token: ApiToken, slug: str) -> JsonRespo
     The import page's path for files of any size: a worker checks and imports the file whole or not at all, and
     `GET /api/imports/<id>` (the `Location`) tells how it went. Importing 64 MiB of small items takes about a
     minute, longer than a proxy waits for `POST .../items`. The body is the file itself
-    (`curl --data-binary @items.jsonl`), or a form with the file as its `file` field (`curl -F file=@items.jsonl`).
+    (`curl --data-binary @items.jsonl`, named on the project page by `?name=`, else "API upload"), or a form
+    with the file as its `file` field (`curl -F file=@items.jsonl`).
     """
     project = _reachable(token, slug)
     if project is None:
@@ -155,8 +156,7 @@ def create_import(request: HttpRequest, token: ApiToken, slug: str) -> JsonRespo
     length = request.headers.get("Content-Length", "")
     if length.isdigit() and int(length) > limit:
         return _error(413, imports.too_large(limit))
-    name = ""
-    stream = request
+    name, stream = request.GET.get("name") or "API upload", request
     if request.content_type == "multipart/form-data":
         files = request.FILES.getlist("file")
         if len(files) != 1:

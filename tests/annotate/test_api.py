@@ -201,7 +201,7 @@ def test_api_file_import_is_queued_and_its_status_follows_the_worker(
     row = ItemImport.objects.get()
     assert started["Location"] == f"/api/imports/{row.pk}" and queued == [row.pk]
     assert started.json() | {"created_at": None} == {
-        "id": row.pk, "project": "outages", "state": "PENDING", "name": "", "size": row.path.stat().st_size,
+        "id": row.pk, "project": "outages", "state": "PENDING", "name": "API upload", "size": row.path.stat().st_size,
         "created": 0, "errors": [], "total_errors": 0, "reason": "", "created_at": None, "checked_at": None}
     assert not Item.objects.exists()  # the worker imports
 
@@ -283,8 +283,8 @@ def test_api_file_import_reads_the_body_whatever_its_content_type(client, projec
     from annotate import imports
     from annotate.models import ItemImport
 
-    started = client.post("/api/projects/outages/imports", data=_jsonl({"inputs": GOOD}),
+    started = client.post("/api/projects/outages/imports?name=nightly.jsonl", data=_jsonl({"inputs": GOOD}),
                           content_type="application/x-www-form-urlencoded", HTTP_AUTHORIZATION=f"Bearer {admin_key}")
 
-    assert started.status_code == 202
+    assert started.status_code == 202 and started.json()["name"] == "nightly.jsonl"
     assert imports.run_import(ItemImport.objects.get().pk) == "ACCEPTED" and Item.objects.count() == 1
