@@ -59,9 +59,9 @@ def _not_reachable(slug: str) -> JsonResponse:
 def _json_body(request: HttpRequest, limit: int, too_large: str = ""):
     """The parsed body, or a JsonResponse error (413 over `limit` bytes, 400 for bad JSON).
 
-    `too_large` is the 413 message; the default speaks of imports.
+    `too_large` is the 413 message.
     """
-    too_large = too_large or f"request body larger than the import limit of {limit} bytes; send fewer items per call"
+    too_large = too_large or f"request body larger than {limit} bytes"
     length = request.headers.get("Content-Length", "")
     if length.isdigit() and int(length) > limit:
         return _error(413, too_large)
@@ -123,7 +123,10 @@ def items(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
         return list_items(request, token, project)
     if project.role_of(token.user) != Role.ADMIN:
         return _error(403, f"importing into {slug!r} needs the project's admin role")
-    body = _json_body(request, imports.max_upload_bytes())
+    limit = imports.max_api_items_bytes()
+    body = _json_body(request, limit, too_large=(
+        f"request body larger than {limit} bytes, the limit of an import while you wait; send fewer items per call, "
+        f"or the items as a JSONL file to POST /api/projects/{slug}/imports, which a worker imports"))
     if isinstance(body, JsonResponse):
         return body
     if not isinstance(body, dict) or set(body) != {"items"}:

@@ -60,6 +60,12 @@ def max_upload_bytes() -> int:
     return int(getattr(settings, "TC_IMPORT_MAX_BYTES", 64 * 1024 * 1024))
 
 
+def max_api_items_bytes() -> int:
+    """The limit of an import in one API request (`TC_API_ITEMS_MAX_BYTES`, default 8 MiB; at most the import
+    limit): it holds the whole parsed body, where a file sent to a worker is read a line at a time."""
+    return min(int(getattr(settings, "TC_API_ITEMS_MAX_BYTES", 8 * 1024 * 1024)), max_upload_bytes())
+
+
 def import_jsonl(project: Project, stream: IO[bytes] | Iterable[bytes], *, max_bytes: int | None = None,
                  predict: bool = True) -> ImportResult:
     """Validate a JSONL file of `{"inputs": ...}` lines and import it whole, or raise `ImportRejected`.

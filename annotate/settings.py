@@ -27,6 +27,9 @@ TC_DATA_DIR = Path(os.environ.get("TC_DATA_DIR", BASE_DIR / "var")).resolve()
 TC_ARTIFACT_DIR = Path(os.environ.get("TC_ARTIFACT_DIR", TC_DATA_DIR / "artifacts")).resolve()
 # Size limits of item imports (JSONL upload, API body, import_items) and of uploaded experience files.
 TC_IMPORT_MAX_BYTES = int(os.environ.get("TC_IMPORT_MAX_BYTES", 64 * 1024 * 1024))
+# `POST /api/.../items` imports in the request, holding the parsed body: 59 MiB of small items took 56 s and
+# 681 MB there (8 MiB: 7 s, 149 MB), so larger bodies go to `POST /api/.../imports`, which a worker imports.
+TC_API_ITEMS_MAX_BYTES = int(os.environ.get("TC_API_ITEMS_MAX_BYTES", 8 * 1024 * 1024))
 TC_EXPERIENCE_MAX_BYTES = int(os.environ.get("TC_EXPERIENCE_MAX_BYTES", 32 * 1024 * 1024))
 TC_MODEL_MAX_BYTES = int(os.environ.get("TC_MODEL_MAX_BYTES", 512 * 1024 * 1024))  # an uploaded model's weights
 # CPU threads torch may use in each process: OMP_NUM_THREADS, 1 unless the environment sets it. Workers run a

@@ -141,6 +141,22 @@ def test_api_import_refuses_oversize_body(client, project, admin_key, settings) 
     assert not Item.objects.exists()
 
 
+def test_api_import_while_you_wait_has_its_own_smaller_limit_and_names_the_file_import(client, project, admin_key,
+                                                                                       settings) -> None:
+    """The request holds the whole parsed body; the file import below it reads a line at a time on a worker."""
+    settings.TC_API_ITEMS_MAX_BYTES = 200
+
+    response = _post(client, "/api/projects/outages/items", {"items": [{"inputs": GOOD}] * 2}, admin_key)
+    accepted = client.post("/api/projects/outages/imports", data=_jsonl({"inputs": GOOD}, {"inputs": GOOD}),
+                           content_type="application/x-ndjson", HTTP_AUTHORIZATION=f"Bearer {admin_key}")
+
+    assert response.status_code == 413 and not Item.objects.exists()
+    assert response.json()["error"] == (
+        "request body larger than 200 bytes, the limit of an import while you wait; send fewer items per call, or "
+        "the items as a JSONL file to POST /api/projects/outages/imports, which a worker imports")
+    assert accepted.status_code == 202  # the same items as a file: queued for a worker
+
+
 def test_api_get_item_and_project(client, project, admin_key, ready_items) -> None:
     (item,) = ready_items(project, [0.4])
     auth = {"HTTP_AUTHORIZATION": f"Bearer {admin_key}"}
