@@ -52,6 +52,14 @@ def _reachable(token: ApiToken, slug: str) -> Project | None:
     return project
 
 
+def _administered(token: ApiToken, model: type[Export | ItemImport], pk: int):
+    """The `model` row `pk` when the token reaches its project with the admin role; None otherwise."""
+    row = model.objects.filter(pk=pk).select_related("project").first()
+    if row is None or not token.reaches(row.project) or row.project.role_of(token.user) != Role.ADMIN:
+        return None
+    return row
+
+
 def _not_reachable(slug: str) -> JsonResponse:
     return _error(404, f"no project {slug!r} that this token can reach")
 
@@ -180,8 +188,8 @@ def create_import(request: HttpRequest, token: ApiToken, slug: str) -> JsonRespo
 @token_required
 def import_detail(request: HttpRequest, token: ApiToken, import_id: int) -> JsonResponse:
     """`GET /api/imports/<id>`: an import's state (`PENDING`, `ACCEPTED`, `REFUSED`), its count or its problems."""
-    row = ItemImport.objects.filter(pk=import_id).select_related("project").first()
-    if row is None or not token.reaches(row.project) or row.project.role_of(token.user) != Role.ADMIN:
+    row = _administered(token, ItemImport, import_id)
+    if row is None:
         return _error(404, f"no import {import_id} that this token can reach")
     return JsonResponse(import_json(row))
 
@@ -281,15 +289,17 @@ def create_export(request: HttpRequest, token: ApiToken, slug: str) -> JsonRespo
         )
     except ValueError as exc:
         return _error(400, str(exc))
-    return JsonResponse(export_json(export), status=202)
+    response = JsonResponse(export_json(export), status=202)
+    response["Location"] = reverse("api:export", args=[export.pk])
+    return response
 
 
 @require_GET
 @token_required
 def export_detail(request: HttpRequest, token: ApiToken, export_id: int) -> JsonResponse:
     """`GET /api/exports/<id>`: state and progress of an export of a project this token administers."""
-    export = Export.objects.filter(pk=export_id).select_related("project").first()
-    if export is None or not token.reaches(export.project) or export.project.role_of(token.user) != Role.ADMIN:
+    export = _administered(token, Export, export_id)
+    if export is None:
         return _error(404, f"no export {export_id} that this token can reach")
     return JsonResponse(export_json(export))
 

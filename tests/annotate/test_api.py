@@ -190,9 +190,9 @@ def test_api_export_starts_and_reports_progress(client, project, admin_key, read
     queue.submit(item, reviewer, "db")
 
     started = _post(client, "/api/projects/outages/exports", {"minibatch_size": 8, "format": "jsonl"}, admin_key)
-    status = client.get(f"/api/exports/{started.json()['id']}", HTTP_AUTHORIZATION=f"Bearer {admin_key}")
+    status = client.get(started["Location"], HTTP_AUTHORIZATION=f"Bearer {admin_key}")
 
-    assert started.status_code == 202
+    assert started.status_code == 202 and started["Location"] == f"/api/exports/{started.json()['id']}"
     assert status.json()["state"] == "PENDING" and status.json()["total"] == 1
 
 
