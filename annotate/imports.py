@@ -1,9 +1,9 @@
-"""Importing items: a JSONL upload (imported by a worker), `manage.py import_items`, or the JSON API; all or
-nothing.
+"""Importing items: a JSONL file (uploaded on the project page or to the JSON API, imported by a worker),
+`manage.py import_items`, or a JSON API body; all or nothing.
 
 Each JSONL line is one object `{"inputs": <one example's tool inputs>}`. Every line is checked (JSON, fields,
-the tool's own input checks) before anything is written; the errors name their line. Items are then created in
-one transaction and their predictions are queued for a worker once it commits.
+the tool's own input checks), and the errors name their line. The items are created in one transaction, which
+commits only when every line was right, and their predictions are queued for a worker once it commits.
 """
 
 from __future__ import annotations
