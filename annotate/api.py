@@ -60,6 +60,13 @@ def _administered(token: ApiToken, model: type[Export | ItemImport], pk: int):
     return row
 
 
+def _accepted(body: dict, location: str) -> JsonResponse:
+    """202: queued for a worker; `Location` is where to poll its state."""
+    response = JsonResponse(body, status=202)
+    response["Location"] = location
+    return response
+
+
 def _not_reachable(slug: str) -> JsonResponse:
     return _error(404, f"no project {slug!r} that this token can reach")
 
@@ -179,9 +186,7 @@ def create_import(request: HttpRequest, token: ApiToken, slug: str) -> JsonRespo
         row = imports.queue_import(project, token.user, stream, name=name)
     except imports.ImportRejected as exc:  # only ever too large: the lines are checked by the worker
         return _error(413, str(exc))
-    response = JsonResponse(import_json(row), status=202)
-    response["Location"] = reverse("api:import", args=[row.pk])
-    return response
+    return _accepted(import_json(row), reverse("api:import", args=[row.pk]))
 
 
 @require_GET
@@ -289,9 +294,7 @@ def create_export(request: HttpRequest, token: ApiToken, slug: str) -> JsonRespo
         )
     except ValueError as exc:
         return _error(400, str(exc))
-    response = JsonResponse(export_json(export), status=202)
-    response["Location"] = reverse("api:export", args=[export.pk])
-    return response
+    return _accepted(export_json(export), reverse("api:export", args=[export.pk]))
 
 
 @require_GET
