@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -44,6 +45,39 @@ def enqueue_predictions(project: Project, item_ids: list[int], version_id: int |
         predict_items.delay_on_commit(project.pk, list(item_ids[start:start + PREDICT_BATCH]), version_id)
         batches += 1
     return batches
+
+
+STALE_WAIT = timedelta(minutes=10)  # an item waiting longer than this for a prediction may have lost its message
+
+
+def stale_waiting(project: Project) -> int:
+    """How many items wait for a prediction when the oldest has waited past `STALE_WAIT` (else 0).
+
+    Prediction tasks are only queued when items are imported or a version is promoted; a message lost on the
+    way (a broker restarted without persistence, a web process killed between its commit and the send) would
+    leave its items waiting for good. The oldest is the one with the lowest id: one probe of an index.
+    """
+    if project.current_version_id is None:
+        return 0
+    waiting = Item.objects.filter(project=project, status=ItemStatus.PENDING)
+    oldest = waiting.order_by("id").values_list("created_at", flat=True).first()
+    if oldest is None or timezone.now() - oldest < STALE_WAIT:
+        return 0
+    return waiting.count()
+
+
+def requeue_waiting(project: Project) -> int:
+    """Queue predictions again for every item still waiting for one; returns how many.
+
+    Safe whenever: an item predicted by the current version meanwhile is skipped by `predict_items`.
+    """
+    if project.current_version_id is None:
+        return 0
+    ids = list(Item.objects.filter(project=project, status=ItemStatus.PENDING).order_by("id")
+               .values_list("id", flat=True))
+    with transaction.atomic():
+        enqueue_predictions(project, ids)
+    return len(ids)
 
 
 @shared_task(time_limit=1800, soft_time_limit=1700, **RETRY)

@@ -22,6 +22,7 @@ urlpatterns = [
     path(project + "members/", projects.member_add, name="member_add"),
     path(project + "members/<int:pk>/remove/", projects.member_remove, name="member_remove"),
     path(project + "version/", projects.version_select, name="version_select"),
+    path(project + "predictions/requeue/", projects.predictions_requeue, name="predictions_requeue"),
     path(project + "import/", transfer.project_import, name="project_import"),
     path(project + "import/<int:pk>/status/", transfer.import_status, name="import_status"),
     path(project + "experience/", transfer.experience_upload, name="experience_upload"),

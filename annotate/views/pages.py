@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from annotate import progress
+from annotate import progress, tasks
 from annotate.forms import ExperienceUploadForm, ExportForm, ImportForm
 from annotate.models import FINAL_KINDS, Answer, Item, ItemStatus, Membership, Project, UploadState
 from annotate.views import access
@@ -83,6 +83,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         context["importing"] = any(row.state == UploadState.PENDING for row in context["imports"])
         context["reviewers"] = _reviewer_progress(project)
         context["open_disagreements"] = project.items.filter(disagreement=True, adjudication__isnull=True).count()
+        context["stale_waiting"] = tasks.stale_waiting(project) if context["waiting"] else 0
     return render(request, "annotate/project_detail.html", context)
 
 

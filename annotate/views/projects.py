@@ -120,6 +120,22 @@ def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_POST
 @login_required
+def predictions_requeue(request: HttpRequest, slug: str) -> HttpResponse:
+    """Queue predictions again for the items still waiting for one (their messages may have been lost)."""
+    from annotate import tasks
+
+    project = access.admin_project(request, slug)
+    queued = tasks.requeue_waiting(project)
+    if queued:
+        messages.success(request, f"Predictions queued again for {queued:,} waiting item{'s' if queued != 1 else ''}"
+                                  ". A running worker makes them ready for review.")
+    else:
+        messages.info(request, "No item is waiting for a prediction from a model: nothing was queued.")
+    return redirect("project_detail", slug=project.slug)
+
+
+@require_POST
+@login_required
 def version_select(request: HttpRequest, slug: str) -> HttpResponse:
     """Make one of the project's model versions the one that predicts new items."""
     project = access.admin_project(request, slug)
