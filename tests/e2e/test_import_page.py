@@ -56,3 +56,30 @@ def test_an_import_is_followed_on_the_page_until_the_worker_is_done(page, artifa
     assert ItemImport.objects.get(pk=queued[1]).state == UploadState.REFUSED
     assert Item.objects.count() == 5
     page.screenshot(path=str(artifacts / "import-refused.png"), full_page=True)
+
+
+def test_items_whose_predictions_were_lost_are_queued_again_from_the_page(page, artifacts, users,  # noqa: F811
+                                                                         monkeypatch) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    admin, reviewer = users
+    project = make_project("decision", "rank", (admin, Role.ADMIN), (reviewer, Role.REVIEWER))
+    imports.import_jsonl(project, [jsonl("decision", "rank", 3)], predict=False)  # as if the messages were lost
+    Item.objects.filter(project=project).update(created_at=timezone.now() - timedelta(minutes=11))
+    sent: list[tuple] = []
+    monkeypatch.setattr(tasks.predict_items, "delay", lambda *args: sent.append(args))  # the worker is this test
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/{project.slug}/")
+
+    page.get_by_text("3 items have waited more than 10 minutes for a prediction").wait_for()
+    page.screenshot(path=str(artifacts / "predictions-stale.png"), full_page=True)
+    page.get_by_role("button", name="Queue their predictions again").click()
+    page.get_by_text("Predictions queued again for 3 waiting items").wait_for()
+    assert [sorted(ids) for _, ids, _ in sent] == [sorted(Item.objects.values_list("pk", flat=True))]
+
+    tasks.predict_items(*sent[0])  # what the worker does
+    page.reload()
+    page.get_by_role("button", name="Start reviewing").wait_for()
+    assert page.get_by_text("waited more than 10 minutes").count() == 0
