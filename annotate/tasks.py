@@ -69,7 +69,9 @@ def stale_waiting(project: Project) -> int:
 def requeue_waiting(project: Project) -> int:
     """Queue predictions again for every item still waiting for one; returns how many.
 
-    Safe whenever: an item predicted by the current version meanwhile is skipped by `predict_items`.
+    An item predicted by the current version meanwhile is skipped by `predict_items`; one that a worker is
+    predicting at that very moment may get a second prediction from the same version (the item shows the latest).
+    So the page offers this only once the oldest waiting item has waited past `STALE_WAIT`.
     """
     if project.current_version_id is None:
         return 0
