@@ -50,20 +50,18 @@ def enqueue_predictions(project: Project, item_ids: list[int], version_id: int |
 STALE_WAIT = timedelta(minutes=10)  # an item waiting longer than this for a prediction may have lost its message
 
 
-def stale_waiting(project: Project) -> int:
-    """How many items wait for a prediction when the oldest has waited past `STALE_WAIT` (else 0).
+def waited_too_long(project: Project) -> bool:
+    """Whether the oldest item waiting for a prediction has waited past `STALE_WAIT` (never without a model).
 
     Prediction tasks are only queued when items are imported or a version is promoted; a message lost on the
     way (a broker restarted without persistence, a web process killed between its commit and the send) would
     leave its items waiting for good. The oldest is the one with the lowest id: one probe of an index.
     """
     if project.current_version_id is None:
-        return 0
-    waiting = Item.objects.filter(project=project, status=ItemStatus.PENDING)
-    oldest = waiting.order_by("id").values_list("created_at", flat=True).first()
-    if oldest is None or timezone.now() - oldest < STALE_WAIT:
-        return 0
-    return waiting.count()
+        return False
+    oldest = (Item.objects.filter(project=project, status=ItemStatus.PENDING).order_by("id")
+              .values_list("created_at", flat=True).first())
+    return oldest is not None and timezone.now() - oldest >= STALE_WAIT
 
 
 def requeue_waiting(project: Project) -> int:

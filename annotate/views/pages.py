@@ -83,7 +83,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         context["importing"] = any(row.state == UploadState.PENDING for row in context["imports"])
         context["reviewers"] = _reviewer_progress(project)
         context["open_disagreements"] = project.items.filter(disagreement=True, adjudication__isnull=True).count()
-        context["stale_waiting"] = tasks.stale_waiting(project) if context["waiting"] else 0
+        context["waited_too_long"] = bool(context["waiting"]) and tasks.waited_too_long(project)
     return render(request, "annotate/project_detail.html", context)
 
 
