@@ -75,8 +75,6 @@ def import_jsonl(project: Project, stream: IO[bytes] | Iterable[bytes], *, max_b
     of the smallest items, 646,345: a peak of 97 MB, and 399 MB when every checked line was kept to the end).
     After the first problem nothing more is written, and the rest of the file is still checked for problems.
     """
-    from annotate import tasks
-
     result, batch, errors, total = ImportResult(), [], [], 0
     lines = _lines(stream, max_upload_bytes() if max_bytes is None else max_bytes)
     with transaction.atomic():
@@ -101,8 +99,7 @@ def import_jsonl(project: Project, stream: IO[bytes] | Iterable[bytes], *, max_b
         if total:
             raise ImportRejected(errors, total=total)  # and what was written rolls back
         result.item_ids.extend(_write(project, batch))
-        if predict and project.current_version_id is not None:
-            result.prediction_batches = tasks.enqueue_predictions(project, result.item_ids)
+        _queue_predictions(project, result, predict)
     return result
 
 
@@ -121,8 +118,7 @@ def queue_import(project: Project, user, stream, *, name: str = "") -> ItemImpor
         row = ItemImport.objects.create(project=project, uploaded_by=user if getattr(user, "pk", None) else None,
                                         original_name=str(name).replace("\x00", "")[:255])
         try:
-            path = storage.write_once(row.path, stream.chunks() if hasattr(stream, "chunks") else _blocks(stream),
-                                      max_bytes=limit)
+            path = storage.write_once(row.path, _pieces(stream), max_bytes=limit)
         except BaseException as exc:  # the row rolls back: its directory goes too
             shutil.rmtree(row.path.parent, ignore_errors=True)
             if isinstance(exc, storage.TooLarge):
@@ -196,14 +192,7 @@ def import_records(project: Project, records: Any, *, predict: bool = True) -> I
 
 def read_limited(stream: IO[bytes] | Iterable[bytes], max_bytes: int) -> bytes:
     """Read at most `max_bytes`; `ImportRejected` as soon as the stream proves larger (never read whole)."""
-    chunks, size = [], 0
-    pieces = stream.chunks() if hasattr(stream, "chunks") else _blocks(stream)
-    for chunk in pieces:
-        size += len(chunk)
-        if size > max_bytes:
-            raise ImportRejected([too_large(max_bytes)])
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return b"".join(_pieces(stream, max_bytes))
 
 
 def parse_line(raw: bytes) -> Any:
@@ -236,14 +225,11 @@ def validate_record(project: Project, record: Any) -> Any:
 
 def create_items(project: Project, inputs_list: list[Any], *, predict: bool = True) -> ImportResult:
     """Create ready-to-predict items in one transaction; predictions are queued when it commits."""
-    from annotate import tasks
-
     result = ImportResult()
     with transaction.atomic():
         for start in range(0, len(inputs_list), BULK_BATCH):
             result.item_ids.extend(_write(project, inputs_list[start:start + BULK_BATCH]))
-        if predict and project.current_version_id is not None:
-            result.prediction_batches = tasks.enqueue_predictions(project, result.item_ids)
+        _queue_predictions(project, result, predict)
     return result
 
 
@@ -323,6 +309,14 @@ def _import(project: Project, records: list[tuple[str, Any]], *, predict: bool) 
     return create_items(project, inputs_list, predict=predict)
 
 
+def _queue_predictions(project: Project, result: ImportResult, predict: bool) -> None:
+    """Queue the new items' predictions for when the transaction commits (none without a model)."""
+    from annotate import tasks
+
+    if predict and project.current_version_id is not None:
+        result.prediction_batches = tasks.enqueue_predictions(project, result.item_ids)
+
+
 def _write(project: Project, inputs_list: list[Any]) -> list[int]:
     """Insert pending items with these inputs (inside the caller's transaction); their ids, in order."""
     if not inputs_list:
@@ -355,11 +349,8 @@ def _insert(rows: list[Item]) -> list[int]:
 def _lines(stream: IO[bytes] | Iterable[bytes], max_bytes: int):
     """The lines of `stream` without their newlines, read in pieces; `ImportRejected` as soon as it proves
     larger than `max_bytes`."""
-    size, pending = 0, []
-    for chunk in stream.chunks() if hasattr(stream, "chunks") else _blocks(stream):
-        size += len(chunk)
-        if size > max_bytes:
-            raise ImportRejected([too_large(max_bytes)])
+    pending = []
+    for chunk in _pieces(stream, max_bytes):
         parts = chunk.split(b"\n")
         if len(parts) > 1:
             yield b"".join([*pending, parts[0]])
@@ -367,6 +358,17 @@ def _lines(stream: IO[bytes] | Iterable[bytes], max_bytes: int):
             pending = []
         pending.append(parts[-1])
     yield b"".join(pending)
+
+
+def _pieces(stream: IO[bytes] | Iterable[bytes], max_bytes: int | None = None):
+    """The stream in pieces (an upload's own chunks, or blocks read); `ImportRejected` as soon as they add up to
+    more than `max_bytes`."""
+    size = 0
+    for chunk in stream.chunks() if hasattr(stream, "chunks") else _blocks(stream):
+        size += len(chunk)
+        if max_bytes is not None and size > max_bytes:
+            raise ImportRejected([too_large(max_bytes)])
+        yield chunk
 
 
 def _blocks(stream, size: int = 1 << 16):
