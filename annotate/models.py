@@ -584,8 +584,17 @@ class UploadState(models.TextChoices):
     REFUSED = "REFUSED", "Refused"
 
 
+# Work waiting longer than this for a worker may have lost its message on the way (a broker restarted without
+# persistence, a web process killed between its commit and the send): pages say so, and uploads are sent again.
+STALE_WAIT = timedelta(minutes=10)
+
+
 class Upload(models.Model):
-    """What every upload a worker checks records: who sent it, its size, and the check's outcome."""
+    """What every upload a worker checks records: who sent it, its size, and the check's outcome.
+
+    `sent_at` is when its check was last sent to the workers: `tasks.resend_stale_uploads` sends again the
+    check of an upload still pending `STALE_WAIT` after that, as each check is safe to run twice.
+    """
 
     uploaded_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -595,10 +604,20 @@ class Upload(models.Model):
     reason = models.TextField(blank=True, help_text="Why the file was refused.")
     created_at = models.DateTimeField(default=timezone.now)
     checked_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(default=timezone.now, help_text="When its check was last sent to the workers.")
 
     class Meta:
         abstract = True
         ordering = ["-created_at", "-id"]
+
+    @property
+    def waiting_long(self) -> bool:
+        """Still pending `STALE_WAIT` after it was uploaded: no worker has taken it (or one is very slow)."""
+        return self.state == UploadState.PENDING and timezone.now() - self.created_at >= STALE_WAIT
+
+    @property
+    def sent_again(self) -> bool:
+        return self.sent_at - self.created_at >= STALE_WAIT
 
 
 class ItemImportQuerySet(models.QuerySet):

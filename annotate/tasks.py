@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -12,10 +11,13 @@ from django.utils import timezone
 
 from annotate import tooling
 from annotate.models import (
+    STALE_WAIT,
     ExperienceUpload,
     Export,
     Item,
+    ItemImport,
     ItemStatus,
+    ModelUpload,
     ModelVersion,
     Prediction,
     Project,
@@ -47,15 +49,13 @@ def enqueue_predictions(project: Project, item_ids: list[int], version_id: int |
     return batches
 
 
-STALE_WAIT = timedelta(minutes=10)  # an item waiting longer than this for a prediction may have lost its message
-
-
 def waited_too_long(project: Project) -> bool:
     """Whether the oldest item waiting for a prediction has waited past `STALE_WAIT` (never without a model).
 
     Prediction tasks are only queued when items are imported or a version is promoted; a message lost on the
-    way (a broker restarted without persistence, a web process killed between its commit and the send) would
-    leave its items waiting for good. The oldest is the one with the lowest id: one probe of an index.
+    way would leave its items waiting for good. They are not sent again on a timer, as uploads are: a long
+    queue of predictions looks the same, and sending it again would predict most items twice. The oldest is the
+    one with the lowest id: one probe of an index.
     """
     if project.current_version_id is None:
         return False
@@ -169,23 +169,50 @@ def check_experience_upload(upload_id: int) -> str:
     """Load an uploaded experience file with the library's safe loader against the project's tool.
 
     ACCEPTED with a summary when its calls bind to the tool; REFUSED with the reason otherwise (and the file
-    removed). Safe to run twice: a checked upload is left alone.
+    removed). Safe to run twice: the row is locked while it is checked, and a checked upload is left alone.
     """
-    upload = ExperienceUpload.objects.filter(pk=upload_id).select_related("project__current_version").first()
-    if upload is None or upload.state != UploadState.PENDING:
-        return upload.state if upload else "missing"
-    project = upload.project
-    try:
-        if project.current_version is None:
-            raise ValueError("refused: the project has no model version to bind the file's calls to")
-        summary = tooling.check_experience_file(project.current_version, upload.path)
-    except ValueError as exc:
-        upload.path.unlink(missing_ok=True)
-        ExperienceUpload.objects.filter(pk=upload.pk).update(
-            state=UploadState.REFUSED, reason=str(exc)[:2000], checked_at=timezone.now()
-        )
-        return UploadState.REFUSED
-    ExperienceUpload.objects.filter(pk=upload.pk).update(
-        state=UploadState.ACCEPTED, summary=summary, checked_at=timezone.now()
-    )
-    return UploadState.ACCEPTED
+    with transaction.atomic():
+        upload = (ExperienceUpload.objects.select_for_update(of=("self",))
+                  .select_related("project__current_version").filter(pk=upload_id).first())
+        if upload is None or upload.state != UploadState.PENDING:
+            return upload.state if upload else "missing"
+        project = upload.project
+        try:
+            if project.current_version is None:
+                raise ValueError("refused: the project has no model version to bind the file's calls to")
+            upload.summary = tooling.check_experience_file(project.current_version, upload.path)
+        except ValueError as exc:
+            upload.state, upload.reason = UploadState.REFUSED, str(exc)[:2000]
+        else:
+            upload.state = UploadState.ACCEPTED
+        upload.checked_at = timezone.now()
+        upload.save(update_fields=["state", "reason", "summary", "checked_at"])
+    if upload.state == UploadState.REFUSED:
+        upload.path.unlink(missing_ok=True)  # once the refusal is recorded: a check cut short keeps the file
+    return upload.state
+
+
+RESEND = {ItemImport: import_item_file, ModelUpload: check_model_upload, ExperienceUpload: check_experience_upload}
+
+
+@shared_task(**RETRY)
+def resend_stale_uploads() -> int:
+    """Send again the check of every upload still pending `STALE_WAIT` after it was last sent; how many (beat).
+
+    A message lost on the way would leave its upload "being checked" for good. Every check locks its row and
+    leaves a checked upload alone, so one whose message was only slow (a long queue) costs a run that does
+    nothing. Each is sent at most once per `STALE_WAIT`: `sent_at` moves first, by a conditional update, so two
+    sweeps at once send it once.
+    """
+    now = timezone.now()
+    sent = 0
+    for model, task in RESEND.items():
+        stale = model.objects.filter(state=UploadState.PENDING, sent_at__lte=now - STALE_WAIT)
+        for pk in stale.order_by("pk").values_list("pk", flat=True):
+            if model.objects.filter(pk=pk, state=UploadState.PENDING, sent_at__lte=now - STALE_WAIT).update(
+                    sent_at=now):
+                logger.warning("%s %s still pending after %s: its check was sent again",
+                               model._meta.verbose_name, pk, STALE_WAIT)
+                task.delay(pk)
+                sent += 1
+    return sent

@@ -51,7 +51,7 @@ def backend_redis_worker(tmp_path: Path, monkeypatch, request):
     )
     client = Celery("client", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
     client.conf.broker_transport_options = {"global_keyprefix": BROKER_KEYPREFIX}
-    for name in ("predict_items", "run_export", "check_model_upload", "import_item_file"):
+    for name in ("predict_items", "run_export", "check_model_upload", "import_item_file", "resend_stale_uploads"):
         # The task object of the project's app itself, not the `shared_task` proxy: a proxy resolves to the
         # current app of the thread that reads it, and the live server's thread may see another one.
         monkeypatch.setattr(celery_app.tasks[getattr(annotate_tasks, name).name], "delay",
@@ -103,6 +103,26 @@ def test_an_uploaded_items_file_is_imported_and_predicted_by_a_real_worker(proje
                what="the worker to import and predict every item")
     row.refresh_from_db()
     assert row.state == UploadState.ACCEPTED and row.count == 10 and not row.path.parent.exists()
+
+
+@pytest.mark.redis
+def test_an_import_whose_message_was_lost_is_sent_again_by_the_sweep_on_a_real_worker(
+        project, project_admin, backend_redis_worker, wait_until, monkeypatch, tmp_path) -> None:
+    lines = "\n".join(json.dumps({"inputs": {"question": f"Why {n}?", "evidence": [{"source_id": "a", "text": "t"}],
+                                            "hypotheses": [{"id": "x", "text": "one"}]}}) for n in range(3))
+    with monkeypatch.context() as lost:
+        lost.setattr(celery_app.tasks[annotate_tasks.import_item_file.name], "delay", lambda pk: None)
+        row = imports.queue_import(project, project_admin, io.BytesIO(lines.encode()), name="items.jsonl")
+    type(row).objects.filter(pk=row.pk).update(sent_at=row.sent_at - annotate_tasks.STALE_WAIT)
+
+    annotate_tasks.resend_stale_uploads.delay()  # as beat sends it: the worker runs the sweep, then the import
+
+    wait_until(lambda: type(row).objects.get(pk=row.pk).state != UploadState.PENDING, timeout=180,
+               what="the worker to import the file its sweep sent again")
+    row.refresh_from_db()
+    assert row.state == UploadState.ACCEPTED and row.count == 3
+    assert f"item import {row.pk} still pending after 0:10:00: its check was sent again" in (
+        tmp_path / "worker.log").read_text()
 
 
 @pytest.mark.redis

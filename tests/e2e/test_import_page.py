@@ -83,3 +83,36 @@ def test_items_whose_predictions_were_lost_are_queued_again_from_the_page(page, 
     page.reload()
     page.get_by_role("button", name="Start reviewing").wait_for()
     assert page.get_by_text("the oldest for more than 10 minutes").count() == 0
+
+
+def test_an_import_whose_message_was_lost_says_so_and_is_imported_once_the_sweep_sends_it_again(
+        page, artifacts, users, monkeypatch, tmp_path) -> None:  # noqa: F811
+    from datetime import timedelta
+
+    admin, reviewer = users
+    project = make_project("decision", "rank", (admin, Role.ADMIN), (reviewer, Role.REVIEWER))
+    monkeypatch.setattr(tasks.predict_items, "delay", lambda *args: None)
+    monkeypatch.setattr(tasks.import_item_file, "delay", lambda pk: None)  # lost between the commit and the broker
+    upload = tmp_path / "lost.jsonl"
+    upload.write_bytes(jsonl("decision", "rank", 3))
+    with upload.open("rb") as stream:
+        row = imports.queue_import(project, admin, stream, name="lost.jsonl")
+    sent: list[int] = []
+    monkeypatch.setattr(tasks.import_item_file, "delay", lambda pk: sent.append(pk))  # the worker is this test
+    earlier = row.created_at - tasks.STALE_WAIT - timedelta(minutes=1)
+    ItemImport.objects.filter(pk=row.pk).update(created_at=earlier, sent_at=earlier)
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/{project.slug}/")
+
+    status = page.locator(f"#import-{row.pk}")
+    status.get_by_text("Not done after more than 10 minutes. Is a worker running").wait_for()
+    page.screenshot(path=str(artifacts / "import-waiting-long.png"), full_page=True)
+
+    assert tasks.resend_stale_uploads() == 1 and sent == [row.pk]  # what beat runs
+    status.get_by_text(", last at").wait_for()
+    status.screenshot(path=str(artifacts / "import-sent-again.png"))
+    imports.run_import(row.pk)  # what the worker does with the message sent again
+
+    status.get_by_text("Imported 3 items").wait_for()
+    assert status.get_by_text("Not done after").count() == 0
+    assert Item.objects.filter(project=project).count() == 3

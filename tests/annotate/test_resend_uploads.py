@@ -1,0 +1,103 @@
+"""Uploads whose message to the workers was lost: the scheduler sends their check again, and pages say they wait."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.urls import reverse
+from django.utils import timezone
+
+from annotate import celery_app, tasks
+from annotate.models import STALE_WAIT, ExperienceUpload, ItemImport, ModelUpload, UploadState
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[tuple[str, int]]:
+    """What the sweep sends, by model: nothing reaches a worker here."""
+    sent: list[tuple[str, int]] = []
+    for model, task in tasks.RESEND.items():
+        monkeypatch.setattr(task, "delay", lambda pk, _name=model.__name__: sent.append((_name, pk)))
+    return sent
+
+
+def _upload(model, project, *, minutes: float, state: str = UploadState.PENDING):
+    made = timezone.now() - timedelta(minutes=minutes)
+    return model.objects.create(project=project, state=state, created_at=made, sent_at=made)
+
+
+def test_every_kind_of_upload_pending_past_the_wait_is_sent_again_once(project, sent) -> None:
+    stale = [_upload(model, project, minutes=11) for model in (ItemImport, ModelUpload, ExperienceUpload)]
+
+    assert tasks.resend_stale_uploads() == 3
+
+    assert sent == [(type(row).__name__, row.pk) for row in stale]
+    for row in stale:
+        row.refresh_from_db()
+        assert timezone.now() - row.sent_at < timedelta(minutes=1) and row.state == UploadState.PENDING
+    assert tasks.resend_stale_uploads() == 0  # sent again at most once per wait
+    assert len(sent) == 3
+
+
+def test_uploads_sent_a_short_while_ago_or_already_checked_are_left_alone(project, sent) -> None:
+    _upload(ItemImport, project, minutes=9)
+    _upload(ItemImport, project, minutes=30, state=UploadState.ACCEPTED)
+    _upload(ModelUpload, project, minutes=30, state=UploadState.REFUSED)
+    resent_recently = _upload(ExperienceUpload, project, minutes=30)
+    ExperienceUpload.objects.filter(pk=resent_recently.pk).update(sent_at=timezone.now() - timedelta(minutes=2))
+
+    assert tasks.resend_stale_uploads() == 0 and sent == []
+
+
+def test_the_scheduler_runs_the_sweep_by_its_registered_name() -> None:
+    entries = {entry["task"]: entry["schedule"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+
+    assert tasks.resend_stale_uploads.name in entries
+    assert entries[tasks.resend_stale_uploads.name] < STALE_WAIT.total_seconds()
+    celery_app.loader.import_default_modules()  # what a worker does first: finds every app's tasks
+    assert all(name in celery_app.tasks for name in entries)
+
+
+def test_a_pending_import_that_waits_long_says_so_and_when_it_was_sent_again(client, project, project_admin) -> None:
+    fresh = _upload(ItemImport, project, minutes=2)
+    stale = _upload(ItemImport, project, minutes=25)
+    ItemImport.objects.filter(pk=stale.pk).update(sent_at=stale.created_at + timedelta(minutes=12))
+    client.force_login(project_admin)
+
+    waiting = client.get(reverse("import_status", args=[project.slug, stale.pk])).content.decode()
+    sent_at = timezone.localtime(stale.created_at + timedelta(minutes=12)).strftime("%H:%M")
+    assert "Not done after more than 10 minutes. Is a worker running" in waiting
+    assert f"sends this to the workers again every 10 minutes until one has done it, last at {sent_at}." in waiting
+    assert "Not done after" not in client.get(reverse("import_status", args=[project.slug, fresh.pk])
+                                                    ).content.decode()
+
+
+def test_pending_model_and_experience_uploads_that_wait_long_say_so(client, project, project_admin) -> None:
+    model_upload = _upload(ModelUpload, project, minutes=11)
+    experience = _upload(ExperienceUpload, project, minutes=11)
+    client.force_login(project_admin)
+
+    pages = [client.get(reverse("trainingjobs:version_upload_status", args=[project.slug, model_upload.pk])),
+             client.get(reverse("upload_status", args=[project.slug, experience.pk]))]
+
+    for page in pages:
+        text = page.content.decode()
+        assert "Not done after more than 10 minutes" in text and "last at" not in text
+
+
+def test_an_experience_file_checked_twice_is_checked_once(project, monkeypatch) -> None:
+    """The check locks its row, so a sweep's second message (or a slow first one) finds it checked."""
+    upload = _upload(ExperienceUpload, project, minutes=11)
+    checks = []
+    monkeypatch.setattr(tasks.tooling, "check_experience_file",
+                        lambda version, path: checks.append(path) or {"calls": 1, "supervisions": 1})
+
+    assert tasks.check_experience_upload(upload.pk) == UploadState.ACCEPTED
+    assert tasks.check_experience_upload(upload.pk) == UploadState.ACCEPTED
+
+    assert len(checks) == 1
+    upload.refresh_from_db()
+    assert upload.summary == {"calls": 1, "supervisions": 1} and upload.checked_at is not None
