@@ -68,8 +68,8 @@ def blockers(project: Project) -> list[str]:
     """What must finish (or be cancelled) before `project` can go: a worker would otherwise write into it."""
     found = [f"training job {job.pk} is {'waiting' if job.state == 'PENDING' else 'running'} "
              "(cancel it on the training page)" for job in project.unfinished_training_jobs()]
-    running = Export.objects.filter(project=project, state=ExportState.RUNNING,
-                                    started_at__gt=timezone.now() - Export.TIME_LIMIT)
+    running = Export.objects.filter(project=project, state=ExportState.RUNNING,  # a stalled run writes nothing
+                                    heartbeat_at__gt=timezone.now() - Export.LEASE)
     found += [f"export {pk} is being written" for pk in running.order_by("pk").values_list("pk", flat=True)]
     return found
 

@@ -1,8 +1,8 @@
 """Exporting reviewed answers: experience files (one per minibatch) and a flat JSONL file, with a manifest.
 
 An export streams the selected answers in id order (`iterator(chunk_size=...)`), so memory stays bounded by one
-minibatch whatever the project's size. Files are written into `exports/<id>/.partial/` and moved into place
-only when the export succeeds; `manifest.json` is written last, and `export-<id>.zip` holds them all.
+minibatch whatever the project's size. A run writes its files, `manifest.json` and `export-<id>.zip` (all of
+them) into `exports/<id>/.partial-<run>/` and moves them into place only when the export succeeds.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import logging
 import multiprocessing
 import os
+import secrets
 import shutil
 import time
 import zipfile
@@ -41,6 +43,8 @@ from annotate.models import (
     ItemStatus,
     Project,
 )
+
+logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 JSONL = "answers.jsonl"
@@ -193,35 +197,58 @@ def create_export(project: Project, user, *, filters: Any = None, minibatch_size
     return export
 
 
+class LeaseLost(Exception):
+    """Another run took this export over: this one wrote no progress for `Export.LEASE` and was taken for dead."""
+
+
 def run(export: Export) -> Export:
-    """Write the export's files (safe to re-run: a finished export is left alone, a partial one restarts)."""
+    """Write the export's files; returns the export as this run left it.
+
+    Safe to run twice: a finished export is left alone, and so is one whose run is alive (its heartbeat is
+    younger than `Export.LEASE`). A PENDING, FAILED or stalled export is taken over and started again. Each run
+    writes into a directory of its own and moves its files into place under the row's lock, only while it
+    still holds the export: a run taken for dead that comes back writes nothing over the one that took over.
+    """
+    token = secrets.token_hex(8)
     with transaction.atomic():
         export = Export.objects.select_for_update().select_related("project").get(pk=export.pk)
-        if export.state == ExportState.SUCCEEDED:
+        if export.state == ExportState.SUCCEEDED or (export.state == ExportState.RUNNING and not export.stalled):
             return export
-        export.state, export.started_at, export.done, export.error = ExportState.RUNNING, timezone.now(), 0, ""
-        export.save(update_fields=["state", "started_at", "done", "error"])
+        now = timezone.now()
+        export.state, export.started_at, export.heartbeat_at, export.run_token = ExportState.RUNNING, now, now, token
+        export.done, export.error, export.files, export.finished_at = 0, "", [], None
+        export.save(update_fields=["state", "started_at", "heartbeat_at", "run_token", "done", "error", "files",
+                                   "finished_at"])
     directory = storage.artifact_dir("exports", export.pk)
-    partial = directory / ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
+    for leftover in directory.iterdir():  # an earlier run's files, finished or not: this run writes them all
+        shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+    partial = directory / f".partial-{token}"
     partial.mkdir()
     try:
-        manifest = _write_files(export, partial)
+        manifest = _write_files(export, partial, token)
+        names = [entry["name"] for entry in manifest["files"]] + [JSONL]
+        storage.write_once(partial / MANIFEST, json.dumps(manifest, indent=2).encode())
+        _write_archive(partial, export.pk, [*names, MANIFEST])
+        with transaction.atomic():
+            if not Export.objects.select_for_update().filter(pk=export.pk, run_token=token).exists():
+                raise LeaseLost
+            for name in [*names, MANIFEST, archive_name(export.pk)]:
+                (partial / name).replace(directory / name)
+            Export.objects.filter(pk=export.pk).update(
+                state=ExportState.SUCCEEDED, done=manifest["examples"], total=manifest["examples"],
+                files=[*names, MANIFEST, archive_name(export.pk)], finished_at=timezone.now(),
+            )
+    except LeaseLost:
+        logger.warning("export %s: another run took it over; this one stopped", export.pk)
     except Exception as exc:
-        Export.objects.filter(pk=export.pk).update(
+        failed = Export.objects.filter(pk=export.pk, run_token=token).update(
             state=ExportState.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000], finished_at=timezone.now()
         )
-        raise
-    names = [entry["name"] for entry in manifest["files"]] + [JSONL]
-    for name in names:
-        (partial / name).replace(directory / name)
-    storage.write_once(directory / MANIFEST, json.dumps(manifest, indent=2).encode())
-    _write_archive(directory, export.pk, [*names, MANIFEST])
-    partial.rmdir()
-    Export.objects.filter(pk=export.pk).update(
-        state=ExportState.SUCCEEDED, done=manifest["examples"], total=manifest["examples"],
-        files=[*names, MANIFEST, archive_name(export.pk)], finished_at=timezone.now(),
-    )
+        if failed:
+            raise
+        logger.warning("export %s: a run taken over failed (%s: %s)", export.pk, type(exc).__name__, exc)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     export.refresh_from_db()
     return export
 
@@ -263,7 +290,7 @@ def _entries(project: Project, filters: dict) -> Iterator[tuple[dict, Any, Any, 
         yield jsonl_record(adjudication), adjudication.item.inputs, adjudication.target, adjudication.source
 
 
-def _write_files(export: Export, partial: Path) -> dict:
+def _write_files(export: Export, partial: Path, token: str) -> dict:
     project = export.project
     experience = export.format == ExportFormat.EXPERIENCE
     trainer = tooling.trainer_for_project(project) if experience else None
@@ -289,7 +316,9 @@ def _write_files(export: Export, partial: Path) -> dict:
             else:
                 done += len(batch)
             if time.monotonic() >= next_report:  # progress at most twice a second: each update is a commit
-                Export.objects.filter(pk=export.pk).update(done=done, total=max(done, export.total))
+                if not Export.objects.filter(pk=export.pk, run_token=token).update(
+                        done=done, total=max(done, export.total), heartbeat_at=timezone.now()):
+                    raise LeaseLost
                 next_report = time.monotonic() + PROGRESS_SECONDS
         done += captures.finish()
     scratch.rmdir()
@@ -470,6 +499,7 @@ def _minibatches(entries: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
 
 
 def _write_archive(directory: Path, export_id: int, names: list[str]) -> None:
+    """`export-<id>.zip` of `names` in `directory`, beside them."""
     target = directory / archive_name(export_id)
     temporary = directory / f".{target.name}.tmp"
     with zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as archive:

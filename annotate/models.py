@@ -523,6 +523,34 @@ class ApiToken(models.Model):
         return project.is_member(self.user)
 
 
+# Work waiting longer than this for a worker may have lost its message on the way (a broker restarted without
+# persistence, a web process killed between its commit and the send): pages say so, and it is sent again.
+STALE_WAIT = timedelta(minutes=10)
+
+
+class Queued(models.Model):
+    """Work a worker does on a row (an export, an upload's check), which its page follows while it is PENDING.
+
+    `sent_at` is when its task was last sent: `tasks.resend_stale_work` sends it again when the row is still
+    PENDING `STALE_WAIT` after that, as each of these tasks is safe to run twice.
+    """
+
+    created_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(default=timezone.now, help_text="When its task was last sent to the workers.")
+
+    class Meta:
+        abstract = True
+
+    @property
+    def waiting_long(self) -> bool:
+        """Still pending `STALE_WAIT` after it was made: no worker has taken it (or one is very slow)."""
+        return self.state == "PENDING" and timezone.now() - self.created_at >= STALE_WAIT
+
+    @property
+    def sent_again(self) -> bool:
+        return self.sent_at - self.created_at >= STALE_WAIT
+
+
 class ExportState(models.TextChoices):
     PENDING = "PENDING", "Pending"
     RUNNING = "RUNNING", "Running"
@@ -535,10 +563,16 @@ class ExportFormat(models.TextChoices):
     JSONL = "jsonl", "Flat JSONL"
 
 
-class Export(models.Model):
-    """An export of a project's answers; its files are under `exports/<id>/` with a manifest.json."""
+class Export(Queued):
+    """An export of a project's answers; its files are under `exports/<id>/` with a manifest.json.
 
-    TIME_LIMIT = timedelta(hours=1)  # `run_export`'s hard limit: one started longer ago is no longer running
+    A run holds the export by its `run_token` and renews `heartbeat_at` as it writes progress (at least every
+    few seconds); a RUNNING export whose heartbeat is older than `LEASE` is taken for dead (its worker killed),
+    and the next run, sent again by `tasks.resend_stale_work`, takes it over (`annotate.export.run`).
+    """
+
+    TIME_LIMIT = timedelta(hours=1)  # `run_export`'s hard limit
+    LEASE = timedelta(minutes=10)  # covers the longest step without progress: loading the model, zipping
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="exports")
     requested_by = models.ForeignKey(
@@ -552,9 +586,10 @@ class Export(models.Model):
     total = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
     files = models.JSONField(default=list, blank=True, help_text="File names in the export directory.")
-    created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    run_token = models.CharField(max_length=32, blank=True, help_text="The run that holds the export.")
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="When that run last wrote progress.")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -574,6 +609,12 @@ class Export(models.Model):
         return self.state in (ExportState.SUCCEEDED, ExportState.FAILED)
 
     @property
+    def stalled(self) -> bool:
+        """RUNNING, but its run has written nothing for `LEASE`: its worker is gone, and another run may take it."""
+        return (self.state == ExportState.RUNNING
+                and (self.heartbeat_at is None or timezone.now() - self.heartbeat_at >= self.LEASE))
+
+    @property
     def percent(self) -> int:
         return int(100 * self.done / self.total) if self.total else (100 if self.is_final else 0)
 
@@ -584,17 +625,8 @@ class UploadState(models.TextChoices):
     REFUSED = "REFUSED", "Refused"
 
 
-# Work waiting longer than this for a worker may have lost its message on the way (a broker restarted without
-# persistence, a web process killed between its commit and the send): pages say so, and uploads are sent again.
-STALE_WAIT = timedelta(minutes=10)
-
-
-class Upload(models.Model):
-    """What every upload a worker checks records: who sent it, its size, and the check's outcome.
-
-    `sent_at` is when its check was last sent to the workers: `tasks.resend_stale_uploads` sends again the
-    check of an upload still pending `STALE_WAIT` after that, as each check is safe to run twice.
-    """
+class Upload(Queued):
+    """What every upload a worker checks records: who sent it, its size, and the check's outcome."""
 
     uploaded_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -602,22 +634,11 @@ class Upload(models.Model):
     size = models.PositiveBigIntegerField(default=0)
     state = models.CharField(max_length=16, choices=UploadState.choices, default=UploadState.PENDING)
     reason = models.TextField(blank=True, help_text="Why the file was refused.")
-    created_at = models.DateTimeField(default=timezone.now)
     checked_at = models.DateTimeField(null=True, blank=True)
-    sent_at = models.DateTimeField(default=timezone.now, help_text="When its check was last sent to the workers.")
 
     class Meta:
         abstract = True
         ordering = ["-created_at", "-id"]
-
-    @property
-    def waiting_long(self) -> bool:
-        """Still pending `STALE_WAIT` after it was uploaded: no worker has taken it (or one is very slow)."""
-        return self.state == UploadState.PENDING and timezone.now() - self.created_at >= STALE_WAIT
-
-    @property
-    def sent_again(self) -> bool:
-        return self.sent_at - self.created_at >= STALE_WAIT
 
 
 class ItemImportQuerySet(models.QuerySet):

@@ -153,12 +153,12 @@ if os.environ.get("TC_BROKER_KEYPREFIX"):
     # Deployments (or concurrent test runs) sharing one Redis database keep their queues apart by key prefix.
     CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = os.environ["TC_BROKER_KEYPREFIX"]
 # `celery beat` re-queues jobs whose worker stopped sending heartbeats (trainingjobs.tasks.sweep_jobs) and sends
-# again the check of an upload whose message was lost (annotate.tasks.resend_stale_uploads).
+# again the task of an upload or export whose message was lost or whose worker died (annotate.tasks.resend_stale_work).
 CELERY_BEAT_SCHEDULE = {
     "trainingjobs-sweep": {"task": "trainingjobs.tasks.sweep_jobs", "schedule": float(os.environ.get(
         "TC_JOB_SWEEP_SECONDS", 30))},
-    "annotate-resend-stale-uploads": {"task": "annotate.tasks.resend_stale_uploads", "schedule": float(
-        os.environ.get("TC_UPLOAD_SWEEP_SECONDS", 60))},
+    "annotate-resend-stale-work": {"task": "annotate.tasks.resend_stale_work", "schedule": float(
+        os.environ.get("TC_RESEND_SWEEP_SECONDS", 60))},
 }
 # A worker's lease on a job lasts this long past its last heartbeat (sent every third of it, or more often).
 TC_JOB_LEASE_SECONDS = float(os.environ.get("TC_JOB_LEASE_SECONDS", 60))

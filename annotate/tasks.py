@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from annotate import tooling
@@ -14,6 +15,7 @@ from annotate.models import (
     STALE_WAIT,
     ExperienceUpload,
     Export,
+    ExportState,
     Item,
     ItemImport,
     ItemStatus,
@@ -21,6 +23,7 @@ from annotate.models import (
     ModelVersion,
     Prediction,
     Project,
+    Queued,
     UploadState,
 )
 
@@ -53,7 +56,7 @@ def waited_too_long(project: Project) -> bool:
     """Whether the oldest item waiting for a prediction has waited past `STALE_WAIT` (never without a model).
 
     Prediction tasks are only queued when items are imported or a version is promoted; a message lost on the
-    way would leave its items waiting for good. They are not sent again on a timer, as uploads are: a long
+    way would leave its items waiting for good. They are not sent again on a timer, as uploads and exports are: a long
     queue of predictions looks the same, and sending it again would predict most items twice. The oldest is the
     one with the lowest id: one probe of an index.
     """
@@ -192,27 +195,32 @@ def check_experience_upload(upload_id: int) -> str:
     return upload.state
 
 
-RESEND = {ItemImport: import_item_file, ModelUpload: check_model_upload, ExperienceUpload: check_experience_upload}
+def _resendable(now) -> list[tuple[type[Queued], Q, Task]]:
+    """Each kind of queued work, which of its rows wait for a worker, and the task that does it."""
+    pending = Q(state=UploadState.PENDING)
+    stalled = Q(state=ExportState.RUNNING) & (Q(heartbeat_at__lt=now - Export.LEASE) | Q(heartbeat_at__isnull=True))
+    return [(ItemImport, pending, import_item_file), (ModelUpload, pending, check_model_upload),
+            (ExperienceUpload, pending, check_experience_upload), (Export, pending | stalled, run_export)]
 
 
 @shared_task(**RETRY)
-def resend_stale_uploads() -> int:
-    """Send again the check of every upload still pending `STALE_WAIT` after it was last sent; how many (beat).
+def resend_stale_work() -> int:
+    """Send again the task of every upload or export that waits `STALE_WAIT` after it was last sent; how many.
 
-    A message lost on the way would leave its upload "being checked" for good. Every check locks its row and
-    leaves a checked upload alone, so one whose message was only slow (a long queue) costs a run that does
-    nothing. Each is sent at most once per `STALE_WAIT`: `sent_at` moves first, by a conditional update, so two
-    sweeps at once send it once.
+    Run by `celery beat`. A message lost on the way (a broker restarted without persistence, a web process
+    killed between its commit and the send) would leave its row waiting for good, and an export whose worker
+    was killed stays RUNNING with a heartbeat that no longer moves. Every one of these tasks leaves finished
+    work alone (and an export that a live run holds), so a message that was only slow costs a run that does
+    nothing. Each row is sent at most once per `STALE_WAIT`: `sent_at` moves first, by a conditional update,
+    so two sweeps at once send it once.
     """
     now = timezone.now()
     sent = 0
-    for model, task in RESEND.items():
-        stale = model.objects.filter(state=UploadState.PENDING, sent_at__lte=now - STALE_WAIT)
+    for model, waiting, task in _resendable(now):
+        stale = model.objects.filter(waiting, sent_at__lte=now - STALE_WAIT)
         for pk in stale.order_by("pk").values_list("pk", flat=True):
-            if model.objects.filter(pk=pk, state=UploadState.PENDING, sent_at__lte=now - STALE_WAIT).update(
-                    sent_at=now):
-                logger.warning("%s %s still pending after %s: its check was sent again",
-                               model._meta.verbose_name, pk, STALE_WAIT)
+            if stale.filter(pk=pk).update(sent_at=now):
+                logger.warning("%s %s still waits for a worker: its task was sent again", model._meta.verbose_name, pk)
                 task.delay(pk)
                 sent += 1
     return sent

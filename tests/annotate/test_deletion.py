@@ -165,12 +165,13 @@ def test_a_waiting_training_job_blocks_and_nothing_goes(doomed) -> None:
     assert not Project.objects.filter(pk=doomed.pk).exists()
 
 
-def test_an_export_being_written_blocks_until_its_time_limit_has_passed(doomed) -> None:
-    export = Export.objects.create(project=doomed, state=ExportState.RUNNING, started_at=timezone.now())
+def test_an_export_being_written_blocks_until_its_heartbeat_stops(doomed) -> None:
+    export = Export.objects.create(project=doomed, state=ExportState.RUNNING, started_at=timezone.now(),
+                                   heartbeat_at=timezone.now())
     assert deletion.blockers(doomed) == [f"export {export.pk} is being written"]
 
-    export.started_at = timezone.now() - Export.TIME_LIMIT - timedelta(minutes=1)  # its worker was killed
-    export.save(update_fields=["started_at"])
+    export.heartbeat_at = timezone.now() - Export.LEASE - timedelta(minutes=1)  # its worker was killed
+    export.save(update_fields=["heartbeat_at"])
     assert deletion.blockers(doomed) == []
 
 

@@ -148,6 +148,91 @@ def test_failed_export_records_the_reason(project, project_admin, answered, monk
     assert not (export.directory / "manifest.json").exists()
 
 
+# -- one run at a time: a live run's heartbeat, a stalled one taken over ---------------------------------------------
+def _held(export, *, token: str, minutes_ago: float) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    beat = timezone.now() - timedelta(minutes=minutes_ago)
+    type(export).objects.filter(pk=export.pk).update(state=ExportState.RUNNING, run_token=token, heartbeat_at=beat,
+                                                     started_at=beat)
+
+
+def test_an_export_a_live_run_holds_is_left_to_it(project, project_admin, answered) -> None:
+    export = exports.create_export(project, project_admin, enqueue=False)
+    _held(export, token="alive", minutes_ago=1)
+
+    assert tasks.run_export(export.pk) == ExportState.RUNNING  # a second message, sent again or redelivered
+
+    export.refresh_from_db()
+    assert export.run_token == "alive" and not export.stalled and export.done == 0
+    assert not export.directory.exists() or not any(export.directory.iterdir())
+
+
+def test_a_stalled_export_is_taken_over_and_written_whole(project, project_admin, answered) -> None:
+    from annotate.models import Export
+
+    export = exports.create_export(project, project_admin, enqueue=False)
+    _held(export, token="killed", minutes_ago=Export.LEASE.total_seconds() / 60 + 1)
+    export.refresh_from_db()
+    assert export.stalled
+    left = export.directory  # what the killed run left: its scratch, and a manifest it wrote before it died
+    (left / ".partial-killed").mkdir(parents=True)
+    (left / ".partial-killed" / "part-00001.json").write_text("{}")
+    (left / "manifest.json").write_text("{}")
+
+    assert tasks.run_export(export.pk) == ExportState.SUCCEEDED
+
+    export.refresh_from_db()
+    assert export.run_token not in ("", "killed") and export.done == 5 and export.heartbeat_at is not None
+    assert sorted(p.name for p in export.directory.iterdir()) == sorted(export.files)
+    assert json.loads((export.directory / "manifest.json").read_text())["examples"] == 5
+
+
+@pytest.mark.parametrize("when", ["while writing", "before moving its files into place"])
+def test_a_run_taken_over_stops_and_writes_nothing_over_its_successor(project, project_admin, answered, monkeypatch,
+                                                                     when) -> None:
+    from annotate.models import Export
+
+    export = exports.create_export(project, project_admin, minibatch_size=1, enqueue=False)
+    monkeypatch.setattr(exports, "PROGRESS_SECONDS", 0)  # a heartbeat after every minibatch
+
+    def taken_over() -> None:  # this run was taken for dead: another one holds the export now
+        Export.objects.filter(pk=export.pk).update(run_token="successor")
+
+    if when == "while writing":
+        real = tooling.capture_experience
+        monkeypatch.setattr(tooling, "capture_experience", lambda *args: (taken_over(), real(*args))[1])
+    else:
+        real_archive = exports._write_archive
+        monkeypatch.setattr(exports, "_write_archive", lambda *args: (real_archive(*args), taken_over())[0])
+
+    assert exports.run(export).state == ExportState.RUNNING  # no error: the successor owns the outcome
+
+    export.refresh_from_db()
+    assert export.run_token == "successor" and export.error == "" and export.files == []
+    assert list(export.directory.iterdir()) == []  # its own scratch removed, nothing moved into place
+
+
+def test_a_run_taken_over_that_then_fails_leaves_the_export_to_its_successor(project, project_admin, answered,
+                                                                            monkeypatch) -> None:
+    from annotate.models import Export
+
+    export = exports.create_export(project, project_admin, enqueue=False)
+
+    def broken(*args):
+        Export.objects.filter(pk=export.pk).update(run_token="successor")
+        raise OSError("its directory was removed by the run that took over")
+
+    monkeypatch.setattr(tooling, "capture_experience", broken)
+
+    assert exports.run(export).state == ExportState.RUNNING
+
+    export.refresh_from_db()
+    assert export.run_token == "successor" and export.error == ""
+
+
 @pytest.fixture
 def disputed(ready_items, project, reviewer, second_reviewer):
     """Overlap 2: on the first item rita says "db" and sam "dns"; on the second both say "db"."""

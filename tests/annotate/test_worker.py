@@ -51,7 +51,7 @@ def backend_redis_worker(tmp_path: Path, monkeypatch, request):
     )
     client = Celery("client", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
     client.conf.broker_transport_options = {"global_keyprefix": BROKER_KEYPREFIX}
-    for name in ("predict_items", "run_export", "check_model_upload", "import_item_file", "resend_stale_uploads"):
+    for name in ("predict_items", "run_export", "check_model_upload", "import_item_file", "resend_stale_work"):
         # The task object of the project's app itself, not the `shared_task` proxy: a proxy resolves to the
         # current app of the thread that reads it, and the live server's thread may see another one.
         monkeypatch.setattr(celery_app.tasks[getattr(annotate_tasks, name).name], "delay",
@@ -115,13 +115,39 @@ def test_an_import_whose_message_was_lost_is_sent_again_by_the_sweep_on_a_real_w
         row = imports.queue_import(project, project_admin, io.BytesIO(lines.encode()), name="items.jsonl")
     type(row).objects.filter(pk=row.pk).update(sent_at=row.sent_at - annotate_tasks.STALE_WAIT)
 
-    annotate_tasks.resend_stale_uploads.delay()  # as beat sends it: the worker runs the sweep, then the import
+    annotate_tasks.resend_stale_work.delay()  # as beat sends it: the worker runs the sweep, then the import
 
     wait_until(lambda: type(row).objects.get(pk=row.pk).state != UploadState.PENDING, timeout=180,
                what="the worker to import the file its sweep sent again")
     row.refresh_from_db()
     assert row.state == UploadState.ACCEPTED and row.count == 3
-    assert f"item import {row.pk} still pending after 0:10:00: its check was sent again" in (
+    assert f"item import {row.pk} still waits for a worker: its task was sent again" in (
+        tmp_path / "worker.log").read_text()
+
+
+@pytest.mark.redis
+def test_an_export_whose_worker_was_killed_is_taken_over_once_the_sweep_sends_it_again(
+        project, reviewer, ready_items, project_admin, backend_redis_worker, wait_until, tmp_path) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from annotate.models import Export
+
+    for _ in ready_items(project, [0.3, 0.1]):
+        queue.submit(queue.claim_next(project, reviewer), reviewer, "db")
+    export = exports.create_export(project, project_admin, enqueue=False)
+    dead = timezone.now() - Export.LEASE - timedelta(minutes=1)  # a run whose worker was killed long ago
+    Export.objects.filter(pk=export.pk).update(state=ExportState.RUNNING, run_token="killed", heartbeat_at=dead,
+                                               started_at=dead, sent_at=dead, done=1)
+
+    annotate_tasks.resend_stale_work.delay()  # as beat sends it: the worker runs the sweep, then the export
+
+    wait_until(lambda: Export.objects.get(pk=export.pk).state == ExportState.SUCCEEDED, timeout=180,
+               what="the worker to take the export over and finish it")
+    export.refresh_from_db()
+    assert export.run_token != "killed" and export.done == 2 and exports.archive_path(export).exists()
+    assert f"export {export.pk} still waits for a worker: its task was sent again" in (
         tmp_path / "worker.log").read_text()
 
 

@@ -108,7 +108,7 @@ def test_an_import_whose_message_was_lost_says_so_and_is_imported_once_the_sweep
     status.get_by_text("Not done after more than 10 minutes. Is a worker running").wait_for()
     page.screenshot(path=str(artifacts / "import-waiting-long.png"), full_page=True)
 
-    assert tasks.resend_stale_uploads() == 1 and sent == [row.pk]  # what beat runs
+    assert tasks.resend_stale_work() == 1 and sent == [row.pk]  # what beat runs
     status.get_by_text(", last at").wait_for()
     status.screenshot(path=str(artifacts / "import-sent-again.png"))
     imports.run_import(row.pk)  # what the worker does with the message sent again

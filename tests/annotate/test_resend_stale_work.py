@@ -1,4 +1,5 @@
-"""Uploads whose message to the workers was lost: the scheduler sends their check again, and pages say they wait."""
+"""Uploads and exports whose message to the workers was lost, or whose worker died: the scheduler sends their
+task again, pages say they wait, and a run of an export taken over by another writes nothing over it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from django.urls import reverse
 from django.utils import timezone
 
 from annotate import celery_app, tasks
-from annotate.models import STALE_WAIT, ExperienceUpload, ItemImport, ModelUpload, UploadState
+from annotate.models import (
+    STALE_WAIT,
+    ExperienceUpload,
+    Export,
+    ExportState,
+    ItemImport,
+    ModelUpload,
+    UploadState,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +28,7 @@ pytestmark = pytest.mark.django_db
 def sent(monkeypatch) -> list[tuple[str, int]]:
     """What the sweep sends, by model: nothing reaches a worker here."""
     sent: list[tuple[str, int]] = []
-    for model, task in tasks.RESEND.items():
+    for model, _, task in tasks._resendable(timezone.now()):
         monkeypatch.setattr(task, "delay", lambda pk, _name=model.__name__: sent.append((_name, pk)))
     return sent
 
@@ -32,13 +41,13 @@ def _upload(model, project, *, minutes: float, state: str = UploadState.PENDING)
 def test_every_kind_of_upload_pending_past_the_wait_is_sent_again_once(project, sent) -> None:
     stale = [_upload(model, project, minutes=11) for model in (ItemImport, ModelUpload, ExperienceUpload)]
 
-    assert tasks.resend_stale_uploads() == 3
+    assert tasks.resend_stale_work() == 3
 
     assert sent == [(type(row).__name__, row.pk) for row in stale]
     for row in stale:
         row.refresh_from_db()
         assert timezone.now() - row.sent_at < timedelta(minutes=1) and row.state == UploadState.PENDING
-    assert tasks.resend_stale_uploads() == 0  # sent again at most once per wait
+    assert tasks.resend_stale_work() == 0  # sent again at most once per wait
     assert len(sent) == 3
 
 
@@ -49,14 +58,52 @@ def test_uploads_sent_a_short_while_ago_or_already_checked_are_left_alone(projec
     resent_recently = _upload(ExperienceUpload, project, minutes=30)
     ExperienceUpload.objects.filter(pk=resent_recently.pk).update(sent_at=timezone.now() - timedelta(minutes=2))
 
-    assert tasks.resend_stale_uploads() == 0 and sent == []
+    assert tasks.resend_stale_work() == 0 and sent == []
+
+
+def _export(project, *, minutes: float, state: str = ExportState.PENDING, beat_minutes: float | None = None):
+    made = timezone.now() - timedelta(minutes=minutes)
+    beat = None if beat_minutes is None else timezone.now() - timedelta(minutes=beat_minutes)
+    return Export.objects.create(project=project, state=state, created_at=made, sent_at=made, heartbeat_at=beat,
+                                 total=5)
+
+
+def test_exports_waiting_or_stalled_are_sent_again_and_live_or_finished_ones_are_not(project, sent) -> None:
+    lease = Export.LEASE.total_seconds() / 60
+    lost = _export(project, minutes=11)
+    stalled = _export(project, minutes=60, state=ExportState.RUNNING, beat_minutes=lease + 1)
+    _export(project, minutes=60, state=ExportState.RUNNING, beat_minutes=lease - 1)  # alive, only slow
+    _export(project, minutes=5)
+    _export(project, minutes=60, state=ExportState.SUCCEEDED)
+    _export(project, minutes=60, state=ExportState.FAILED)
+
+    assert tasks.resend_stale_work() == 2
+
+    assert sent == [("Export", lost.pk), ("Export", stalled.pk)]
+    assert tasks.resend_stale_work() == 0
+
+
+def test_an_export_that_waits_long_or_whose_run_stalled_says_so(client, project, project_admin) -> None:
+    waiting = _export(project, minutes=11)
+    stalled = _export(project, minutes=60, state=ExportState.RUNNING,
+                      beat_minutes=Export.LEASE.total_seconds() / 60 + 2)
+    running = _export(project, minutes=60, state=ExportState.RUNNING, beat_minutes=0.1)
+    client.force_login(project_admin)
+
+    def row(export) -> str:
+        return client.get(reverse("export_status", args=[project.slug, export.pk])).content.decode()
+
+    assert "Not done after more than 10 minutes" in row(waiting) and 'hx-trigger="every 5s"' in row(waiting)
+    beat = timezone.localtime(stalled.heartbeat_at).strftime("%H:%M")
+    assert f"Its worker has written no progress since {beat}: it was stopped, or is stuck." in row(stalled)
+    assert "Not done after" not in row(running) and "no progress since" not in row(running)
 
 
 def test_the_scheduler_runs_the_sweep_by_its_registered_name() -> None:
     entries = {entry["task"]: entry["schedule"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
 
-    assert tasks.resend_stale_uploads.name in entries
-    assert entries[tasks.resend_stale_uploads.name] < STALE_WAIT.total_seconds()
+    assert tasks.resend_stale_work.name in entries
+    assert entries[tasks.resend_stale_work.name] < STALE_WAIT.total_seconds()
     celery_app.loader.import_default_modules()  # what a worker does first: finds every app's tasks
     assert all(name in celery_app.tasks for name in entries)
 
