@@ -7,6 +7,7 @@ reads is committed. Training itself is `trainingjobs.runner`, on a worker.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
@@ -170,6 +171,31 @@ def sweep() -> list[int]:
             _requeue(job)
             requeued.append(job.pk)
     return requeued
+
+
+# A GPU worker with nothing to do takes a queued job within seconds; one waiting this long while no job runs
+# suggests that no worker takes jobs at all.
+NO_WORKER_WAIT = timezone.timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """Where a queued job stands: jobs running now and jobs queued before it (on every project: the GPU
+    workers are shared), and whether it looks as if no worker takes jobs."""
+
+    running: int
+    ahead: int
+    no_worker: bool
+
+
+def queue_place(job: TrainingJob) -> QueuePlace | None:
+    """For a PENDING job's page (None for any other): two counts of the job table."""
+    if job.state != JobState.PENDING or job.queued_at is None:
+        return None
+    running = TrainingJob.objects.filter(state=JobState.RUNNING).count()
+    ahead = TrainingJob.objects.filter(state=JobState.PENDING, queued_at__lt=job.queued_at).count()
+    no_worker = running == 0 and timezone.now() - job.queued_at >= NO_WORKER_WAIT
+    return QueuePlace(running, ahead, no_worker)
 
 
 def _requeue(job: TrainingJob) -> None:

@@ -185,6 +185,7 @@ def _status_context(job: TrainingJob) -> dict:
         "project": job.project,
         "curve": plot.loss_curve(history, job.total_steps),
         "continue_form": ContinueForm(),
+        "queue": services.queue_place(job),
         "is_current": job.result_version_id is not None
         and job.project.current_version_id == job.result_version_id,
     }

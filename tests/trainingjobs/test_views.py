@@ -278,3 +278,30 @@ def test_a_reviewer_cannot_launch_a_job_on_the_uploads(client, reviewer, project
 
     assert response.status_code == 403
     assert not TrainingJob.objects.exists()
+
+
+def test_a_queued_job_says_where_it_stands_and_when_no_worker_seems_to_take_jobs(client, admin, job,
+                                                                                project) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    client.force_login(admin)
+    url = reverse("trainingjobs:job", args=[job.pk])
+    assert "Waiting for a GPU worker." in client.get(url, **HTMX).content.decode()  # just queued, nothing ahead
+
+    TrainingJob.objects.filter(pk=job.pk).update(queued_at=timezone.now() - timedelta(minutes=3))
+    lonely = client.get(url, **HTMX).content.decode()
+    assert "No job is running and this one has waited since" in lonely and "is a GPU worker running?" in lonely
+    assert "celery -A annotate worker -Q gpu" in lonely
+
+    earlier = services.launch(project, base_version=project.current_version, epochs=1, minibatch_size=4)
+    running = services.launch(project, base_version=project.current_version, epochs=1, minibatch_size=4)
+    TrainingJob.objects.filter(pk=earlier.pk).update(queued_at=timezone.now() - timedelta(minutes=5))
+    TrainingJob.objects.filter(pk=running.pk).update(state=JobState.RUNNING)
+    busy = client.get(url, **HTMX).content.decode()
+    assert "Waiting for a GPU worker: 1 job running, 1 queued before this one." in busy
+    assert "is a GPU worker running?" not in busy
+
+    runner.train(job.pk, "worker-a")
+    assert "Waiting for a GPU worker" not in client.get(url, **HTMX).content.decode()
