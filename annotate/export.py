@@ -249,8 +249,7 @@ def run(export: Export) -> Export:
         logger.warning("export %s: a run taken over failed (%s: %s)", export.pk, type(exc).__name__, exc)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    export.refresh_from_db()
-    return export
+    return Export.objects.filter(pk=export.pk).first() or export  # gone if a run taken for dead outlived its project
 
 
 def archive_name(export_id: int) -> str:

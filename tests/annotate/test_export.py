@@ -456,3 +456,20 @@ def test_the_export_form_offers_each_reviewer_who_answered_once(project, answere
 
     offered = ExportForm(project=project).fields["reviewer"].queryset
     assert [u.get_username() for u in offered] == ["rita", "sam"]  # not the admin, who answered nothing
+
+
+def test_a_run_whose_export_was_deleted_meanwhile_stops_quietly(project, project_admin, answered,
+                                                                monkeypatch) -> None:
+    """Its project was deleted once the run was taken for dead (a stalled export does not block a deletion)."""
+    from annotate.models import Export
+
+    export = exports.create_export(project, project_admin, minibatch_size=1, enqueue=False)
+    monkeypatch.setattr(exports, "PROGRESS_SECONDS", 0)
+    real = tooling.capture_experience
+    monkeypatch.setattr(tooling, "capture_experience",
+                        lambda *args: (Export.objects.filter(pk=export.pk).delete(), real(*args))[1])
+
+    exports.run(export)  # no error
+
+    assert not Export.objects.filter(pk=export.pk).exists()
+    assert not any(export.directory.glob(".partial-*"))
