@@ -166,11 +166,8 @@ def run_import(import_id: int) -> str:
 def refuse_import(import_id: int, reason: str) -> None:
     """Record why a queued import could not run at all (it took too long, say); nothing was imported."""
     row = ItemImport.objects.filter(pk=import_id, state=UploadState.PENDING).first()
-    if row is None:
-        return
-    ItemImport.objects.filter(pk=row.pk, state=UploadState.PENDING).update(
-        state=UploadState.REFUSED, reason=reason, problems=[reason], problem_total=1, checked_at=timezone.now())
-    shutil.rmtree(row.path.parent, ignore_errors=True)
+    if row is not None:
+        row.refuse(reason)
 
 
 def _stored(row: ItemImport):

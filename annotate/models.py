@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -640,6 +641,23 @@ class Upload(Queued):
         abstract = True
         ordering = ["-created_at", "-id"]
 
+    @property
+    def directory(self) -> Path:
+        """Where the uploaded files wait for their check (removed once it is done)."""
+        raise NotImplementedError
+
+    def refuse(self, reason: str) -> bool:
+        """Record that this pending upload was refused for `reason` and remove its files; False if it was no
+        longer pending (a check finished first), and nothing changes."""
+        refused = type(self).objects.filter(pk=self.pk, state=UploadState.PENDING).update(
+            state=UploadState.REFUSED, reason=reason[:2000], checked_at=timezone.now(), **self._refusal(reason))
+        if refused:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        return bool(refused)
+
+    def _refusal(self, reason: str) -> dict:
+        return {}
+
 
 class ItemImportQuerySet(models.QuerySet):
     def recent(self, limit: int = 3):
@@ -671,12 +689,24 @@ class ItemImport(Upload):
         return f"item import {self.pk} ({self.state})"
 
     @property
+    def directory(self) -> Path:
+        return storage.artifact_dir("imports", self.pk, create=False)
+
+    @property
     def path(self) -> Path:
-        return storage.artifact_dir("imports", self.pk, create=False) / self.FILE_NAME
+        return self.directory / self.FILE_NAME
 
     @property
     def more_problems(self) -> int:
         return max(0, self.problem_total - len(self.problems))
+
+    @property
+    def whole_file_refused(self) -> bool:
+        """Refused as a whole (it took too long, the check failed), not for problems on its lines."""
+        return self.problems == [self.reason]
+
+    def _refusal(self, reason: str) -> dict:
+        return {"problems": [reason], "problem_total": 1}  # what the API lists as the import's errors
 
 
 class ModelUpload(Upload):
@@ -718,5 +748,9 @@ class ExperienceUpload(Upload):
         return f"experience upload {self.pk} ({self.state})"
 
     @property
+    def directory(self) -> Path:
+        return storage.artifact_dir("uploads", self.pk, create=False)
+
+    @property
     def path(self) -> Path:
-        return storage.artifact_dir("uploads", self.pk, create=False) / self.FILE_NAME
+        return self.directory / self.FILE_NAME

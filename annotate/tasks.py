@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 
 from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -24,6 +25,7 @@ from annotate.models import (
     Prediction,
     Project,
     Queued,
+    Upload,
     UploadState,
 )
 
@@ -143,19 +145,39 @@ def run_export(export_id: int) -> str:
     return exports.run(export).state
 
 
+@contextmanager
+def _refused_if_it_fails(model: type[Upload], pk: int):
+    """Record a check that fails unexpectedly as the upload's refusal, with its traceback in the worker's log.
+
+    Left PENDING, the sweep would send it again every `STALE_WAIT` to fail the same way, and its page would
+    ask whether a worker is running. The database briefly unreachable is raised, for `RETRY`.
+    """
+    try:
+        yield
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception as exc:
+        logger.exception("%s %s: the check failed", model._meta.verbose_name, pk)
+        row = model.objects.filter(pk=pk).first()
+        if row is not None:
+            row.refuse(f"the check failed ({type(exc).__name__}) and kept nothing; upload the file again, and if "
+                       "it fails again, ask an administrator to look at the worker's log")
+
+
 @shared_task(time_limit=IMPORT_TIME_LIMIT, soft_time_limit=IMPORT_TIME_LIMIT - 60, **RETRY)
 def import_item_file(import_id: int) -> str:
     """Import an uploaded JSONL file whole, or record its problems (`annotate.imports.run_import`); its state.
     Safe to run twice: a finished import is left alone, and one cut short committed nothing."""
     from annotate import imports
 
-    try:
-        return imports.run_import(import_id)
-    except SoftTimeLimitExceeded:
-        minutes = IMPORT_TIME_LIMIT // 60
-        imports.refuse_import(import_id, f"file: importing took longer than {minutes} minutes and was stopped; "
-                                         "nothing was imported. Split it into smaller files.")
-        return UploadState.REFUSED
+    with _refused_if_it_fails(ItemImport, import_id):
+        try:
+            return imports.run_import(import_id)
+        except SoftTimeLimitExceeded:
+            minutes = IMPORT_TIME_LIMIT // 60
+            imports.refuse_import(import_id, f"file: importing took longer than {minutes} minutes and was "
+                                             "stopped; nothing was imported. Split it into smaller files.")
+    return UploadState.REFUSED
 
 
 @shared_task(time_limit=600, soft_time_limit=570, **RETRY)
@@ -164,7 +186,9 @@ def check_model_upload(upload_id: int) -> str:
     (ACCEPTED) or record why not (REFUSED). Safe to run twice (`annotate.versions.check`)."""
     from annotate import versions
 
-    return versions.check(upload_id)
+    with _refused_if_it_fails(ModelUpload, upload_id):
+        return versions.check(upload_id)
+    return UploadState.REFUSED
 
 
 @shared_task(time_limit=600, soft_time_limit=570, **RETRY)
@@ -174,6 +198,12 @@ def check_experience_upload(upload_id: int) -> str:
     ACCEPTED with a summary when its calls bind to the tool; REFUSED with the reason otherwise (and the file
     removed). Safe to run twice: the row is locked while it is checked, and a checked upload is left alone.
     """
+    with _refused_if_it_fails(ExperienceUpload, upload_id):
+        return _check_experience_upload(upload_id)
+    return UploadState.REFUSED
+
+
+def _check_experience_upload(upload_id: int) -> str:
     with transaction.atomic():
         upload = (ExperienceUpload.objects.select_for_update(of=("self",))
                   .select_related("project__current_version").filter(pk=upload_id).first())

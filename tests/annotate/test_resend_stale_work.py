@@ -149,3 +149,66 @@ def test_an_experience_file_checked_twice_is_checked_once(project, monkeypatch) 
     assert len(checks) == 1
     upload.refresh_from_db()
     assert upload.summary == {"calls": 1, "supervisions": 1} and upload.checked_at is not None
+
+
+CHECKS = [(ItemImport, "import_item_file", "annotate.imports.run_import"),
+          (ModelUpload, "check_model_upload", "annotate.versions.check"),
+          (ExperienceUpload, "check_experience_upload", "annotate.tasks._check_experience_upload")]
+
+
+@pytest.mark.parametrize(("model", "task", "inner"), CHECKS, ids=[model.__name__ for model, _, _ in CHECKS])
+def test_a_check_that_fails_unexpectedly_refuses_its_upload_instead_of_waiting_for_good(project, sent, monkeypatch,
+                                                                                        model, task, inner) -> None:
+    """Left pending, the sweep would send it again and again to fail the same way."""
+    row = _upload(model, project, minutes=11)
+    row.directory.mkdir(parents=True)
+    (row.directory / "file").write_text("uploaded")
+
+    def broken(pk):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(inner, broken)
+
+    assert getattr(tasks, task)(row.pk) == UploadState.REFUSED
+
+    row.refresh_from_db()
+    assert row.state == UploadState.REFUSED and row.checked_at is not None
+    assert row.reason.startswith("the check failed (RuntimeError) and kept nothing; upload the file again")
+    assert not row.directory.exists()
+    assert tasks.resend_stale_work() == 0 and sent == []
+    if model is ItemImport:
+        assert row.problems == [row.reason] and row.problem_total == 1  # what the import's row lists
+
+
+def test_a_database_that_drops_during_a_check_is_retried_not_refused(project, monkeypatch) -> None:
+    from django.db import OperationalError
+
+    row = _upload(ItemImport, project, minutes=1)
+
+    def dropped(pk):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr("annotate.imports.run_import", dropped)
+
+    with pytest.raises(OperationalError):
+        tasks.import_item_file.run(row.pk)  # the task's body; Celery retries it (RETRY)
+
+    row.refresh_from_db()
+    assert row.state == UploadState.PENDING
+
+
+def test_an_import_refused_as_a_whole_says_why_once(client, project, project_admin, monkeypatch) -> None:
+    row = _upload(ItemImport, project, minutes=1)
+
+    def broken(pk):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("annotate.imports.run_import", broken)
+    tasks.import_item_file(row.pk)
+    client.force_login(project_admin)
+
+    page = client.get(reverse("import_status", args=[project.slug, row.pk])).content.decode()
+
+    assert ("Nothing imported</strong>: the check failed (RuntimeError) and kept nothing; upload the file again, "
+            "and if it fails again, ask an administrator to look at the worker&#x27;s log.</span>") in page
+    assert page.count("the check failed") == 1 and "Fix it" not in page
