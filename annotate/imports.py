@@ -163,13 +163,6 @@ def run_import(import_id: int) -> str:
     return row.state
 
 
-def refuse_import(import_id: int, reason: str) -> None:
-    """Record why a queued import could not run at all (it took too long, say); nothing was imported."""
-    row = ItemImport.objects.filter(pk=import_id, state=UploadState.PENDING).first()
-    if row is not None:
-        row.refuse(reason)
-
-
 def _stored(row: ItemImport):
     try:
         return row.path.open("rb")

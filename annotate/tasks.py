@@ -64,8 +64,7 @@ def waited_too_long(project: Project) -> bool:
     """
     if project.current_version_id is None:
         return False
-    oldest = (Item.objects.filter(project=project, status=ItemStatus.PENDING).order_by("id")
-              .values_list("created_at", flat=True).first())
+    oldest = _waiting_for_prediction(project).values_list("created_at", flat=True).first()
     return oldest is not None and timezone.now() - oldest >= STALE_WAIT
 
 
@@ -78,10 +77,13 @@ def requeue_waiting(project: Project) -> int:
     """
     if project.current_version_id is None:
         return 0
-    ids = list(Item.objects.filter(project=project, status=ItemStatus.PENDING).order_by("id")
-               .values_list("id", flat=True))
+    ids = list(_waiting_for_prediction(project).values_list("id", flat=True))
     enqueue_predictions(project, ids)
     return len(ids)
+
+
+def _waiting_for_prediction(project: Project):
+    return Item.objects.filter(project=project, status=ItemStatus.PENDING).order_by("id")
 
 
 @shared_task(time_limit=1800, soft_time_limit=1700, **RETRY)
@@ -158,10 +160,15 @@ def _refused_if_it_fails(model: type[Upload], pk: int):
         raise
     except Exception as exc:
         logger.exception("%s %s: the check failed", model._meta.verbose_name, pk)
-        row = model.objects.filter(pk=pk).first()
-        if row is not None:
-            row.refuse(f"the check failed ({type(exc).__name__}) and kept nothing; upload the file again, and if "
-                       "it fails again, ask an administrator to look at the worker's log")
+        _refuse(model, pk, f"the check failed ({type(exc).__name__}) and kept nothing; upload the file again, and "
+                           "if it fails again, ask an administrator to look at the worker's log")
+
+
+def _refuse(model: type[Upload], pk: int, reason: str) -> None:
+    """`Upload.refuse` of row `pk`, if it is still pending."""
+    row = model.objects.filter(pk=pk, state=UploadState.PENDING).first()
+    if row is not None:
+        row.refuse(reason)
 
 
 @shared_task(time_limit=IMPORT_TIME_LIMIT, soft_time_limit=IMPORT_TIME_LIMIT - 60, **RETRY)
@@ -175,8 +182,8 @@ def import_item_file(import_id: int) -> str:
             return imports.run_import(import_id)
         except SoftTimeLimitExceeded:
             minutes = IMPORT_TIME_LIMIT // 60
-            imports.refuse_import(import_id, f"file: importing took longer than {minutes} minutes and was "
-                                             "stopped; nothing was imported. Split it into smaller files.")
+            _refuse(ItemImport, import_id, f"file: importing took longer than {minutes} minutes and was stopped; "
+                                           "nothing was imported. Split it into smaller files.")
     return UploadState.REFUSED
 
 

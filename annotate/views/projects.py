@@ -14,7 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from annotate import deletion, progress
+from annotate import deletion, progress, tasks
 from annotate.forms import MemberForm, ProjectDeleteForm, ProjectForm, VersionForm
 from annotate.models import Claim, Membership, ModelVersion, Role
 from annotate.views import access
@@ -122,8 +122,6 @@ def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def predictions_requeue(request: HttpRequest, slug: str) -> HttpResponse:
     """Queue predictions again for the items still waiting for one (their messages may have been lost)."""
-    from annotate import tasks
-
     project = access.admin_project(request, slug)
     queued = tasks.requeue_waiting(project)
     if queued:
