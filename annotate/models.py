@@ -68,6 +68,9 @@ class Project(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(default=timezone.now)
+    predictions_resent_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the sweep last queued again the predictions of items waiting for one."
+    )
 
     objects = ProjectQuerySet.as_manager()
 

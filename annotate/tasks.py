@@ -58,9 +58,9 @@ def waited_too_long(project: Project) -> bool:
     """Whether the oldest item waiting for a prediction has waited past `STALE_WAIT` (never without a model).
 
     Prediction tasks are only queued when items are imported or a version is promoted; a message lost on the
-    way would leave its items waiting for good. They are not sent again on a timer, as uploads and exports are: a long
-    queue of predictions looks the same, and sending it again would predict most items twice. The oldest is the
-    one with the lowest id: one probe of an index.
+    way would leave its items waiting for good. The sweep sends them again only when the workers are idle
+    (`resend_lost_predictions`); the project page offers admins the same at once. The oldest is the one with
+    the lowest id: one probe of an index.
     """
     if project.current_version_id is None:
         return False
@@ -80,6 +80,50 @@ def requeue_waiting(project: Project) -> int:
     ids = list(_waiting_for_prediction(project).values_list("id", flat=True))
     enqueue_predictions(project, ids)
     return len(ids)
+
+
+def resend_lost_predictions(now) -> int:
+    """Queue again the predictions of each project whose waiting items look lost; returns how many projects.
+
+    A long queue of predictions and a lost message both leave items waiting, and sending a long queue again
+    would predict most items twice. So a project's waiting items are sent again only when the workers are
+    idle: its oldest item has waited past `STALE_WAIT`, no prediction at all was made in that time, and the
+    queue that prediction tasks go to holds no message (a worker that is down leaves messages there, so the
+    sweep adds no more while it is down). Each project is sent again at most once per `STALE_WAIT`
+    (`Project.predictions_resent_at`, moved by a conditional update first, so two sweeps at once send once).
+    """
+    latest = Prediction.objects.order_by("-id").values_list("created_at", flat=True).first()
+    if latest is not None and now - latest < STALE_WAIT:
+        return 0
+    due = Q(predictions_resent_at__isnull=True) | Q(predictions_resent_at__lte=now - STALE_WAIT)
+    projects = [project for project in Project.objects.filter(due, current_version__isnull=False).order_by("pk")
+                if waited_too_long(project)]
+    if not projects or waiting_messages(predict_items) != 0:
+        return 0
+    resent = 0
+    for project in projects:
+        if Project.objects.filter(due, pk=project.pk).update(predictions_resent_at=now):
+            count = requeue_waiting(project)
+            logger.warning("project %s: %s items still wait for a prediction while the workers are idle: their "
+                           "predictions were queued again", project.slug, count)
+            resent += 1
+    return resent
+
+
+def waiting_messages(task: Task) -> int | None:
+    """How many messages wait in the broker queue `task` is sent to (not those a worker holds); None if the
+    broker cannot say.
+
+    The queue is declared as sending a task declares it, so one the broker has not seen yet counts 0. (A
+    passive declaration cannot see a Redis queue under `global_keyprefix`: kombu checks the unprefixed key.)
+    """
+    queue = task.app.amqp.router.route({}, task.name)["queue"].name
+    try:
+        with task.app.connection_for_read() as connection:
+            return connection.default_channel.queue_declare(queue=queue).message_count
+    except Exception:  # a broker that is down or cannot count: better not to send than to send twice
+        logger.exception("could not count the messages waiting in queue %r", queue)
+        return None
 
 
 def _waiting_for_prediction(project: Project):
@@ -242,7 +286,8 @@ def _resendable(now) -> list[tuple[type[Queued], Q, Task]]:
 
 @shared_task(**RETRY)
 def resend_stale_work() -> int:
-    """Send again the task of every upload or export that waits `STALE_WAIT` after it was last sent; how many.
+    """Send again the task of every upload or export that waits `STALE_WAIT` after it was last sent, and the
+    predictions of projects whose items wait while the workers are idle (`resend_lost_predictions`); how many.
 
     Run by `celery beat`. A message lost on the way (a broker restarted without persistence, a web process
     killed between its commit and the send) would leave its row waiting for good, and an export whose worker
@@ -252,7 +297,7 @@ def resend_stale_work() -> int:
     so two sweeps at once send it once.
     """
     now = timezone.now()
-    sent = 0
+    sent = resend_lost_predictions(now)
     for model, waiting, task in _resendable(now):
         stale = model.objects.filter(waiting, sent_at__lte=now - STALE_WAIT)
         for pk in stale.order_by("pk").values_list("pk", flat=True):

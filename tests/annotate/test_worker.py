@@ -17,6 +17,7 @@ import pytest
 from celery import Celery
 from django.conf import settings
 from django.db import connection, connections
+from django.utils import timezone
 
 from annotate import celery_app, imports, queue, tooling, versions
 from annotate import export as exports
@@ -122,6 +123,25 @@ def test_an_import_whose_message_was_lost_is_sent_again_by_the_sweep_on_a_real_w
     row.refresh_from_db()
     assert row.state == UploadState.ACCEPTED and row.count == 3
     assert f"item import {row.pk} still waits for a worker: its task was sent again" in (
+        tmp_path / "worker.log").read_text()
+
+
+@pytest.mark.redis
+def test_items_whose_prediction_messages_were_lost_are_predicted_once_the_sweep_sends_them_again(
+        project, backend_redis_worker, wait_until, monkeypatch, tmp_path) -> None:
+    lines = "\n".join(json.dumps({"inputs": {"question": f"Why {n}?", "evidence": [{"source_id": "a", "text": "t"}],
+                                            "hypotheses": [{"id": "x", "text": "one"}]}}) for n in range(3))
+    with monkeypatch.context() as lost:
+        lost.setattr(celery_app.tasks[annotate_tasks.predict_items.name], "delay", lambda *args: None)
+        imports.import_jsonl(project, io.BytesIO(lines.encode()))
+    Item.objects.update(created_at=timezone.now() - annotate_tasks.STALE_WAIT)
+
+    annotate_tasks.resend_stale_work.delay()  # the worker runs the sweep: its queue is empty, so it sends them
+
+    wait_until(lambda: not Item.objects.filter(status=ItemStatus.PENDING).exists(), timeout=180,
+               what="the worker to predict the items its sweep queued again")
+    assert Item.objects.filter(status=ItemStatus.READY).count() == 3
+    assert f"project {project.slug}: 3 items still wait for a prediction while the workers are idle" in (
         tmp_path / "worker.log").read_text()
 
 

@@ -75,7 +75,7 @@ def test_items_whose_predictions_were_lost_are_queued_again_from_the_page(page, 
 
     page.get_by_text("3 items wait for a prediction, the oldest for more than 10 minutes").wait_for()
     page.screenshot(path=str(artifacts / "predictions-stale.png"), full_page=True)
-    page.get_by_role("button", name="Queue their predictions again").click()
+    page.get_by_role("button", name="queue their predictions again").click()
     page.get_by_text("Predictions queued again for 3 waiting items").wait_for()
     assert [sorted(ids) for _, ids, _ in sent] == [sorted(Item.objects.values_list("pk", flat=True))]
 
