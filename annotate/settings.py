@@ -152,9 +152,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(os.environ.get("TC_
 if os.environ.get("TC_BROKER_KEYPREFIX"):
     # Deployments (or concurrent test runs) sharing one Redis database keep their queues apart by key prefix.
     CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = os.environ["TC_BROKER_KEYPREFIX"]
-# `celery beat` re-queues jobs whose worker stopped sending heartbeats (trainingjobs.tasks.sweep_jobs) and sends
-# again the task of an upload or export whose message was lost or whose worker died, and predictions lost while
-# the workers are idle (annotate.tasks.resend_stale_work).
+# `celery beat` re-queues jobs whose worker stopped sending heartbeats or whose message was lost
+# (trainingjobs.tasks.sweep_jobs) and sends again the task of an upload or export whose message was lost or whose
+# worker died, and predictions lost while the workers are idle (annotate.tasks.resend_stale_work).
 CELERY_BEAT_SCHEDULE = {
     "trainingjobs-sweep": {"task": "trainingjobs.tasks.sweep_jobs", "schedule": float(os.environ.get(
         "TC_JOB_SWEEP_SECONDS", 30))},

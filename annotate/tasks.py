@@ -11,7 +11,7 @@ from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from annotate import tooling
+from annotate import broker, tooling
 from annotate.models import (
     STALE_WAIT,
     ExperienceUpload,
@@ -98,7 +98,7 @@ def resend_lost_predictions(now) -> int:
     due = Q(predictions_resent_at__isnull=True) | Q(predictions_resent_at__lte=now - STALE_WAIT)
     projects = [project for project in Project.objects.filter(due, current_version__isnull=False).order_by("pk")
                 if waited_too_long(project)]
-    if not projects or waiting_messages(predict_items) != 0:
+    if not projects or broker.waiting_messages(predict_items) != 0:
         return 0
     resent = 0
     for project in projects:
@@ -108,22 +108,6 @@ def resend_lost_predictions(now) -> int:
                            "predictions were queued again", project.slug, count)
             resent += 1
     return resent
-
-
-def waiting_messages(task: Task) -> int | None:
-    """How many messages wait in the broker queue `task` is sent to (not those a worker holds); None if the
-    broker cannot say.
-
-    The queue is declared as sending a task declares it, so one the broker has not seen yet counts 0. (A
-    passive declaration cannot see a Redis queue under `global_keyprefix`: kombu checks the unprefixed key.)
-    """
-    queue = task.app.amqp.router.route({}, task.name)["queue"].name
-    try:
-        with task.app.connection_for_read() as connection:
-            return connection.default_channel.queue_declare(queue=queue).message_count
-    except Exception:  # a broker that is down or cannot count: better not to send than to send twice
-        logger.exception("could not count the messages waiting in queue %r", queue)
-        return None
 
 
 def _waiting_for_prediction(project: Project):

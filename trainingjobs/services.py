@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
@@ -138,17 +139,12 @@ def promote(version, *, by=None) -> None:
 
 
 def sweep() -> list[int]:
-    """Re-queue RUNNING jobs whose heartbeat expired (their worker died) and PENDING jobs left unstarted.
+    """Re-queue RUNNING jobs whose heartbeat expired (their worker died) and PENDING jobs whose message was lost.
 
     Returns the ids re-queued. Rows another transaction holds are skipped until the next sweep.
     """
-    from trainingjobs import lease
-
     now = timezone.now()
-    # A queued job may wait for a free GPU for hours; only one whose message the broker would have redelivered
-    # by now (the visibility timeout) is taken to have lost it.
-    timeout = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600)
-    stale = now - timezone.timedelta(seconds=max(timeout, lease.lease_seconds()))
+    stale = _lost_before(now)
     requeued = []
     with transaction.atomic():
         expired = TrainingJob.objects.select_for_update(skip_locked=True).filter(
@@ -166,11 +162,39 @@ def sweep() -> list[int]:
         # A queued job whose message was lost (a broker flushed, say).
         lost = TrainingJob.objects.select_for_update(skip_locked=True).filter(
             state=JobState.PENDING, queued_at__lt=stale
-        )
+        ) if stale else []
         for job in lost:
+            job.log = job.appended_log(job.log, "its message to the GPU workers was lost; re-queued")
             _requeue(job)
             requeued.append(job.pk)
     return requeued
+
+
+# A queued job whose message is missing from the GPU queue this long is sent again.
+LOST_WAIT = timezone.timedelta(minutes=10)
+
+
+def _lost_before(now) -> datetime | None:
+    """Queued jobs queued before this have lost their message; None when no message is missing.
+
+    A queued job may wait for a free GPU for hours, its message in the GPU queue all along. A message is
+    missing when that queue holds fewer messages than there are queued jobs (a worker holds only the one it
+    runs); the jobs then queued longer than `LOST_WAIT` are sent again. A job whose message a worker took a
+    moment ago may be among them: its lease makes the second message do nothing. When the broker cannot count,
+    only a job older than the visibility timeout (when Redis would have redelivered a message a worker had
+    taken) is taken to have lost it.
+    """
+    from annotate import broker
+    from trainingjobs import lease, tasks
+
+    queued = TrainingJob.objects.filter(state=JobState.PENDING)
+    if not queued.filter(queued_at__lt=now - LOST_WAIT).exists():
+        return None
+    messages = broker.waiting_messages(tasks.train_job)
+    if messages is None:
+        timeout = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600)
+        return now - timezone.timedelta(seconds=max(timeout, lease.lease_seconds()))
+    return now - LOST_WAIT if messages < queued.count() else None
 
 
 # A GPU worker with nothing to do takes a queued job within seconds; one waiting this long while no job runs

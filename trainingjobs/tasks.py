@@ -29,7 +29,7 @@ def train_job(self, job_id: int) -> str:
 
 @shared_task(**_RETRY)
 def sweep_jobs() -> list[int]:
-    """Re-queue jobs whose worker stopped sending heartbeats (run by `celery beat`)."""
+    """Re-queue jobs whose worker stopped sending heartbeats or whose message was lost (run by `celery beat`)."""
     return services.sweep()
 
 

@@ -10,7 +10,7 @@ from celery import Celery
 from django.urls import reverse
 from django.utils import timezone
 
-from annotate import tasks
+from annotate import broker, tasks
 from annotate.models import Item, ItemStatus, Prediction, Project
 from tests.conftest import BROKER_KEYPREFIX, REDIS_URL
 
@@ -100,7 +100,7 @@ def test_without_a_model_the_page_says_items_wait_for_one(client, project, proje
 def idle_broker(monkeypatch) -> list:
     """The prediction queue as the sweep sees it: empty unless a test puts a count in the list."""
     waiting = [0]
-    monkeypatch.setattr(tasks, "waiting_messages", lambda task: waiting[0])
+    monkeypatch.setattr(broker, "waiting_messages", lambda task: waiting[0])
     return waiting
 
 
@@ -155,12 +155,12 @@ def _count_on(app: Celery) -> None:
     @app.task(name="count.elsewhere")
     def elsewhere() -> None: ...
 
-    assert tasks.waiting_messages(predict) == 0  # a queue the broker has not seen yet holds nothing
+    assert broker.waiting_messages(predict) == 0  # a queue the broker has not seen yet holds nothing
     predict.delay()
     predict.delay()
     elsewhere.delay()
 
-    assert tasks.waiting_messages(predict) == 2 and tasks.waiting_messages(elsewhere) == 1
+    assert broker.waiting_messages(predict) == 2 and broker.waiting_messages(elsewhere) == 1
 
 
 def test_waiting_messages_counts_what_waits_in_the_task_queue(tmp_path) -> None:

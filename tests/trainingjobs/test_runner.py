@@ -236,6 +236,51 @@ def test_sweep_requeues_running_jobs_whose_heartbeat_expired(project, reviewed, 
     assert "heartbeat of worker-b expired; re-queued" in dead.log
 
 
+@pytest.mark.parametrize("messages, waited, requeued", [
+    (0, 11, True),  # no message for the one queued job: lost
+    (1, 11, False),  # its message waits in the GPU queue (for a free GPU, or for a worker to start)
+    (0, 5, False),  # a worker may have taken it a moment ago: not yet
+    (None, 11, False),  # the broker cannot say: only the visibility timeout decides
+    (None, 61, True),
+])
+def test_sweep_requeues_a_queued_job_whose_message_is_missing_from_the_gpu_queue(
+        project, reviewed, django_capture_on_commit_callbacks, monkeypatch, messages, waited, requeued) -> None:
+    from annotate import broker
+
+    sent = []
+    monkeypatch.setattr("trainingjobs.tasks.train_job.delay", lambda job_id: sent.append(job_id))
+    counted = []
+    monkeypatch.setattr(broker, "waiting_messages", lambda task: counted.append(task.name) or messages)
+    job = launch(project)
+    TrainingJob.objects.filter(pk=job.pk).update(queued_at=timezone.now() - timedelta(minutes=waited))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.sweep() == ([job.pk] if requeued else [])
+
+    job.refresh_from_db()
+    assert sent == ([job.pk] if requeued else [])
+    assert job.state == JobState.PENDING
+    assert ("its message to the GPU workers was lost; re-queued" in job.log) is requeued
+    assert counted == ([] if waited < 10 else ["trainingjobs.tasks.train_job"])  # the broker is asked only then
+    if requeued:
+        assert timezone.now() - job.queued_at < timedelta(minutes=1)  # so sent again at most once per wait
+
+
+def test_sweep_requeues_only_the_jobs_queued_long_enough_when_one_message_of_several_is_missing(
+        project, reviewed, monkeypatch) -> None:
+    from annotate import broker
+
+    monkeypatch.setattr("trainingjobs.tasks.train_job.delay", lambda job_id: None)
+    monkeypatch.setattr(broker, "waiting_messages", lambda task: 2)  # three queued jobs, two messages
+    old, older, recent = launch(project), launch(project), launch(project)
+    TrainingJob.objects.filter(pk=old.pk).update(queued_at=timezone.now() - timedelta(minutes=20))
+    TrainingJob.objects.filter(pk=older.pk).update(queued_at=timezone.now() - timedelta(minutes=40))
+
+    # Which of them lost its message cannot be told: both old ones are sent again, the recent one is left alone.
+    assert sorted(services.sweep()) == sorted([old.pk, older.pk])
+    assert TrainingJob.objects.get(pk=recent.pk).log == recent.log
+
+
 @pytest.mark.parametrize("fraction, held", [(0.0, 0), (0.25, 3), (0.9, 11)])
 def test_split_holds_out_whole_items_and_always_trains_on_one(project, reviewed, fraction, held) -> None:
     job = launch(project, held_out_fraction=fraction)

@@ -159,6 +159,23 @@ def test_killed_worker_resumes_from_its_checkpoint_bit_identical(project, data, 
     assert list(job.loss_points.values_list("step", flat=True)) == list(range(1, job.total_steps + 1))
 
 
+def test_a_job_whose_message_was_lost_is_trained_once_the_workers_sweep_finds_it_missing(
+        project, data, redis_workers, wait_until) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    redis_workers.start("w1", lease_seconds=30)
+    job = services.launch(project, base_version=project.current_version, enqueue=False, epochs=1)  # message lost
+    TrainingJob.objects.filter(pk=job.pk).update(queued_at=timezone.now() - timedelta(minutes=11))
+
+    redis_workers.client.send_task("trainingjobs.tasks.sweep_jobs")  # as beat sends it: the worker counts its queue
+
+    wait_until(lambda: state(job).is_final, timeout=120, what="the job its sweep sent again to finish")
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert job.attempts == 1 and "its message to the GPU workers was lost; re-queued" in job.log
+
+
 def test_two_workers_given_the_same_job_train_it_once(project, data, redis_workers, wait_until) -> None:
     redis_workers.start("w1", lease_seconds=30)
     redis_workers.start("w2", lease_seconds=30)
