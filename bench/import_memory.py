@@ -11,7 +11,8 @@ read from `/proc/self/status` when they end:
 - `manage.py import_items --no-predict` of the file: wall time and peak RSS, and the peak over the baseline's.
 
 An import holds one batch of checked items at a time, so its peak should stay within a few tens of MB of the
-baseline whatever the file's size; keeping every checked line until the end cost 399 MB for 64 MiB (97 MB now).
+baseline whatever the file's size; keeping every checked line until the end cost 399 MiB for 64 MiB (97 MiB now;
+measured before the bench reported MB).
 """
 
 from __future__ import annotations
