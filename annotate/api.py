@@ -256,6 +256,7 @@ def item_detail(request: HttpRequest, token: ApiToken, slug: str, item_id: int) 
     return JsonResponse({
         "id": item.pk,
         "status": item.status,
+        "refusal": item.refusal,
         "inputs": item.inputs,
         "confidence": item.confidence,
         "receipt": item.prediction.receipt if item.prediction else None,

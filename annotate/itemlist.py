@@ -359,7 +359,7 @@ def _rows(ids: list[int]) -> list[dict]:
         .annotate(preview=preview, calibrated=F("prediction__calibrated_confidence"),
                   version_id=F("prediction__model_version_id"), version_label=F("prediction__model_version__label"))
         .values("id", "status", "confidence", "final_answers", "preview", "calibrated", "version_id",
-                "version_label", "created_at", "disagreement")
+                "version_label", "created_at", "disagreement", "refusal")
     )
     by_id = {row["id"]: row for row in rows}
     return [by_id[pk] for pk in ids if pk in by_id]

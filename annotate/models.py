@@ -232,9 +232,16 @@ class ModelVersion(models.Model):
 
 class ItemStatus(models.TextChoices):
     PENDING = "pending", "Waiting for a prediction"
+    REFUSED = "refused", "Refused by the model"
     READY = "ready", "Ready for review"
     DONE = "done", "Done"
     SKIPPED = "skipped", "Skipped"
+
+    @classmethod
+    def counted(cls, counts: dict) -> list[tuple[str, str, int]]:
+        """(status, label, items) per status in order, from `counts` by status; "refused" only where some are."""
+        return [(value, label, counts.get(value, 0)) for value, label in cls.choices
+                if value != cls.REFUSED or counts.get(value)]
 
 
 class ItemQuerySet(models.QuerySet):
@@ -247,6 +254,9 @@ class ItemQuerySet(models.QuerySet):
     def in_queue_order(self) -> ItemQuerySet:
         """Least confident prediction first (calibrated when the model has a fitted calibration), then oldest."""
         return self.order_by(F("confidence").asc(nulls_last=True), "created_at", "id")
+
+
+REFUSAL_LENGTH = 500
 
 
 class Item(models.Model):
@@ -270,6 +280,11 @@ class Item(models.Model):
         default=False, editable=False,
         help_text="Two or more reviewers gave final targets that do not all agree (annotate.agreement); kept up "
                   "to date whenever the item's final answers change, so lists can filter on it.",
+    )
+    refusal = models.CharField(
+        max_length=REFUSAL_LENGTH, blank=True, default="", db_default="", editable=False,
+        help_text="Why the model refused the inputs of a REFUSED item (the version and its own message); kept until "
+                  "a version predicts the item.",
     )
     claimed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -152,7 +152,7 @@ def project_progress(project: Project, *, now: datetime | None = None) -> Projec
         r.name, r.active_hours = names[reviewer_id], len(r._hours)
 
     return ProjectProgress(
-        counts=[(value, label, counts.get(value, 0)) for value, label in ItemStatus.choices],
+        counts=ItemStatus.counted(counts),
         members=project.memberships.count(),
         reviewers=sorted(by_id.values(), key=lambda r: name_order(r.name)),
         days=days,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from contextlib import contextmanager
 
 from celery import Task, shared_task
@@ -13,6 +14,7 @@ from django.utils import timezone
 
 from annotate import broker, tooling
 from annotate.models import (
+    REFUSAL_LENGTH,
     STALE_WAIT,
     ExperienceUpload,
     Export,
@@ -118,9 +120,10 @@ def _waiting_for_prediction(project: Project):
 def predict_items(project_id: int, item_ids: list[int], version_id: int | None = None) -> int:
     """Predict `item_ids` with the project's current version (or `version_id`) inside `tensorcode.trace()`.
 
-    Stores a Prediction (receipt, trace summary, raw and calibrated confidence) per item and makes pending items
-    ready. Items that already have a prediction from that version are skipped, so the task is safe to run twice.
-    Returns the number of predictions made.
+    Stores a Prediction (receipt, trace summary, raw and calibrated confidence) per item and makes pending and
+    refused items ready. Items that already have a prediction from that version are skipped, so the task is safe
+    to run twice. A pending item whose inputs the model refuses becomes REFUSED with the model's reason: the
+    sweep does not send it again, and the next promoted version tries it. Returns the number of predictions made.
     """
     project = Project.objects.filter(pk=project_id).select_related("current_version").first()
     if project is None:
@@ -139,7 +142,12 @@ def predict_items(project_id: int, item_ids: list[int], version_id: int | None =
     results = _predict(version, items)
     with transaction.atomic():
         for item, result in zip(items, results, strict=True):
-            if result is None:
+            if isinstance(result, str):
+                # Only an item that no version predicted: one refused by a newer version keeps its prediction.
+                named = f"version {version.pk}" + (f" ({version.label})" if version.label else "")
+                refusal = f"{named}: {result}"[:REFUSAL_LENGTH]
+                Item.objects.filter(pk=item.pk, status=ItemStatus.PENDING).update(status=ItemStatus.REFUSED,
+                                                                                  refusal=refusal)
                 continue
             prediction = Prediction.objects.create(
                 item=item, model_version=version, receipt=result["receipt"], trace=result["trace"],
@@ -148,17 +156,21 @@ def predict_items(project_id: int, item_ids: list[int], version_id: int | None =
             # The queue reads Item.confidence (one indexed query): calibrated when the model has a calibration.
             fields = {"prediction": prediction, "confidence": prediction.queue_confidence}
             Item.objects.filter(pk=item.pk).update(**fields)
-            Item.objects.filter(pk=item.pk, status=ItemStatus.PENDING).update(status=ItemStatus.READY)
-    return sum(result is not None for result in results)
+            Item.objects.filter(pk=item.pk, status__in=[ItemStatus.PENDING, ItemStatus.REFUSED]).update(
+                status=ItemStatus.READY, refusal="")
+    return sum(not isinstance(result, str) for result in results)
 
 
-def _predict(version: ModelVersion, items: list[Item]) -> list[dict | None]:
+def _predict(version: ModelVersion, items: list[Item]) -> list[dict | str]:
+    """One result per item: its prediction, or the model's reason for refusing its inputs."""
     try:
         return tooling.predict_batch(version, [item.inputs for item in items])
-    except ValueError:
+    except ValueError as exc:
         if len(items) == 1:
-            logger.exception("item %s: the model refused its inputs", items[0].pk)
-            return [None]
+            # The batch of one names its item "inputs[0]"; the item page shows the inputs as "inputs".
+            reason = re.sub(r"^inputs\[0\]", "inputs", str(exc))
+            logger.warning("item %s: the model refused its inputs: %s", items[0].pk, reason)
+            return [reason]
     # One bad input fails the whole batch: predict one by one so the others still get their predictions.
     return [result for item in items for result in _predict(version, [item])]
 

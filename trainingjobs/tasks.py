@@ -35,17 +35,15 @@ def sweep_jobs() -> list[int]:
 
 @shared_task(**_RETRY)
 def repredict_pending(project_id: int, version_id: int) -> int:
-    """Queue predictions by the promoted version for the project's items not yet reviewed; returns how many."""
+    """Queue predictions by the promoted version for the project's items not yet reviewed (those an earlier version
+    refused included); returns how many."""
     from annotate.models import ItemStatus, Project
     from annotate.tasks import enqueue_predictions
 
     project = Project.objects.filter(pk=project_id).first()
     if project is None or project.current_version_id != version_id:
         return 0  # another version was promoted since; its own task re-predicts
-    ids = list(
-        project.items.filter(status__in=[ItemStatus.PENDING, ItemStatus.READY]).order_by("id").values_list(
-            "id", flat=True
-        )
-    )
+    open_items = project.items.filter(status__in=[ItemStatus.PENDING, ItemStatus.REFUSED, ItemStatus.READY])
+    ids = list(open_items.order_by("id").values_list("id", flat=True))
     enqueue_predictions(project, ids, version_id)
     return len(ids)

@@ -30,12 +30,13 @@ def home(request: HttpRequest) -> HttpResponse:
     user = request.user
     role = Membership.objects.filter(project=OuterRef("pk"), user=user.pk).values("role")[:1]
     projects = list(Project.objects.for_user(user).annotate(viewer_role=Subquery(role)).order_by("name", "id"))
-    total, finished, ready = Counter(), Counter(), Counter()
+    total, finished, ready, refused = Counter(), Counter(), Counter(), Counter()
     by_status = Item.objects.filter(project__in=projects).order_by().values_list("project", "status")
     for project_id, status, count in by_status.annotate(n=Count("*")):
         total[project_id] += count
         finished[project_id] += count if status in _FINISHED else 0
         ready[project_id] += count if status == ItemStatus.READY else 0
+        refused[project_id] += count if status == ItemStatus.REFUSED else 0
     mine = dict(
         Answer.objects.filter(reviewer=user, kind__in=FINAL_KINDS)
         .values_list("project")
@@ -47,7 +48,8 @@ def home(request: HttpRequest) -> HttpResponse:
         project.remember_role(user, project.viewer_role)
         pk = project.pk
         rows.append({"project": project, "total": total[pk], "finished": finished[pk], "ready": ready[pk],
-                     "waiting": total[pk] - finished[pk] - ready[pk], "mine": mine.get(pk, 0),
+                     "waiting": total[pk] - finished[pk] - ready[pk] - refused[pk], "refused": refused[pk],
+                     "mine": mine.get(pk, 0),
                      "role": project.role_of(user), "is_admin": project.is_admin(user)})
     return render(request, "annotate/home.html", {"rows": rows, "can_create": access.can_create_projects(user)})
 
@@ -65,11 +67,12 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "project": project,
         "is_admin": project.is_admin(user),
-        "counts": [(label, counts.get(value, 0)) for value, label in ItemStatus.choices],
+        "counts": [(label, n) for _, label, n in ItemStatus.counted(counts)],
         "total": total,
         "finished": finished,
         "ready": counts.get(ItemStatus.READY, 0),
         "waiting": counts.get(ItemStatus.PENDING, 0),
+        "refused": counts.get(ItemStatus.REFUSED, 0),
         "mine": dict(mine),
         "version": project.current_version,
     }
@@ -84,6 +87,9 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         context["reviewers"] = _reviewer_progress(project)
         context["open_disagreements"] = project.items.filter(disagreement=True, adjudication__isnull=True).count()
         context["waited_too_long"] = bool(context["waiting"]) and tasks.waited_too_long(project)
+        if context["refused"]:
+            context["latest_refusal"] = (project.items.filter(status=ItemStatus.REFUSED).order_by("-id")
+                                         .values_list("refusal", flat=True).first())
     return render(request, "annotate/project_detail.html", context)
 
 

@@ -206,6 +206,9 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
             read_only_reason = "This item is finished."
         elif item.status == ItemStatus.PENDING:
             read_only_reason = "This item waits for the model's prediction."
+        elif item.status == ItemStatus.REFUSED:
+            read_only_reason = (f"The model refused this item's inputs ({item.refusal}). The next model version "
+                                "promoted tries them again.")
         else:
             read_only_reason = "This item is not assigned to you: review the next item to label."
     if answer is not None and answer.kind == "draft" and claim_expires is None and not error:

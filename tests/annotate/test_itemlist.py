@@ -47,7 +47,8 @@ def test_status_filter(project) -> None:
 def test_unknown_status_is_an_error_naming_the_valid_ones(project) -> None:
     errors = errors_of(project, {"status": "finished"})
 
-    assert "unknown status 'finished'" in errors["status"] and "pending, ready, done, skipped" in errors["status"]
+    assert "unknown status 'finished'" in errors["status"]
+    assert "pending, refused, ready, done, skipped" in errors["status"]
 
 
 def test_reviewer_filter_lists_items_with_any_answer_by_them(project, reviewer, second_reviewer) -> None:

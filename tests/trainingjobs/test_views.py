@@ -211,6 +211,23 @@ def test_repredict_predicts_items_waiting_for_review_with_the_promoted_version(
     assert waiting.prediction.model_version_id == finished.result_version_id
 
 
+def test_repredict_tries_items_an_earlier_version_refused(project, finished,
+                                                          django_capture_on_commit_callbacks) -> None:
+    refused = Item.objects.create(project=project, inputs=project.items.first().inputs, status=ItemStatus.REFUSED,
+                                  refusal="version 1: inputs: too long for this model")
+
+    celery_app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            services.promote(finished.result_version)
+    finally:
+        celery_app.conf.task_always_eager = False
+
+    refused.refresh_from_db()
+    assert (refused.status, refused.refusal) == (ItemStatus.READY, "")
+    assert refused.prediction.model_version_id == finished.result_version_id
+
+
 def test_a_long_jobs_curve_reads_a_sample_of_its_steps(client, admin, job) -> None:
     from trainingjobs.models import LossPoint
     from trainingjobs.plot import MAX_POINTS
