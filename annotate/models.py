@@ -255,6 +255,22 @@ class ItemQuerySet(models.QuerySet):
         """Least confident prediction first (calibrated when the model has a fitted calibration), then oldest."""
         return self.order_by(F("confidence").asc(nulls_last=True), "created_at", "id")
 
+    def remove_refused(self, project: Project, batch: int = 1000) -> int:
+        """Delete the project's refused items; returns how many.
+
+        A refused item was never ready, so it has no claim or answer to lose. Each batch is locked first, so an
+        item that a worker predicts meanwhile (and makes ready) is either removed before or kept after.
+        """
+        removed = 0
+        while True:
+            with transaction.atomic():
+                ids = list(self.select_for_update().filter(project=project, status=ItemStatus.REFUSED)
+                           .order_by("id").values_list("id", flat=True)[:batch])
+                if not ids:
+                    return removed
+                self.filter(pk__in=ids).delete()
+            removed += len(ids)
+
 
 REFUSAL_LENGTH = 500
 

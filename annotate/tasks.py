@@ -84,6 +84,16 @@ def requeue_waiting(project: Project) -> int:
     return len(ids)
 
 
+def retry_refused(project: Project) -> int:
+    """Queue predictions by the project's current version for the items an earlier version refused; returns how
+    many. (A version that refused an item refuses it again: `predict_items` makes no prediction twice.)"""
+    if project.current_version_id is None:
+        return 0
+    ids = list(project.items.filter(status=ItemStatus.REFUSED).order_by("id").values_list("id", flat=True))
+    enqueue_predictions(project, ids)
+    return len(ids)
+
+
 def resend_lost_predictions(now) -> int:
     """Queue again the predictions of each project whose waiting items look lost; returns how many projects.
 

@@ -3,20 +3,23 @@ which model version predicts, and deleting a project."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from annotate import deletion, progress, tasks
 from annotate.forms import MemberForm, ProjectDeleteForm, ProjectForm, VersionForm
-from annotate.models import Claim, Membership, ModelVersion, Role
+from annotate.models import Claim, Item, ItemStatus, Membership, ModelVersion, Role
 from annotate.views import access
 
 logger = logging.getLogger(__name__)
@@ -132,6 +135,33 @@ def predictions_requeue(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("project_detail", slug=project.slug)
 
 
+@require_GET
+@login_required
+def refused_inputs(request: HttpRequest, slug: str) -> StreamingHttpResponse:
+    """The refused items' inputs as an items file (`{"inputs": ...}` per line): fixed, it imports again."""
+    project = access.admin_project(request, slug)
+    rows = project.items.filter(status=ItemStatus.REFUSED).order_by("id").values_list("inputs", flat=True)
+    lines = (json.dumps({"inputs": inputs}, ensure_ascii=False) + "\n" for inputs in rows.iterator(chunk_size=2000))
+    response = StreamingHttpResponse(lines, content_type="application/x-ndjson; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{project.slug}-refused-items.jsonl"'
+    return response
+
+
+@require_POST
+@login_required
+def refused_remove(request: HttpRequest, slug: str) -> HttpResponse:
+    """Delete the project's refused items (their inputs can be downloaded first, fixed and imported again)."""
+    project = access.admin_project(request, slug)
+    removed = Item.objects.remove_refused(project)
+    logger.info("project %s: %s refused items removed by %s", project.slug, removed, request.user)
+    if removed:
+        messages.success(request, f"Removed {removed:,} refused item{'s' if removed != 1 else ''}.")
+    else:
+        messages.info(request, "No item is refused: nothing was removed.")
+    url = reverse("project_detail", args=[project.slug])
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+
+
 @require_POST
 @login_required
 def version_select(request: HttpRequest, slug: str) -> HttpResponse:
@@ -143,7 +173,10 @@ def version_select(request: HttpRequest, slug: str) -> HttpResponse:
                       _settings_context(project, version_form=form), status=400)
     project.current_version = form.cleaned_data["version"]
     project.save(update_fields=["current_version"])
-    messages.success(request, f"New predictions now come from {project.current_version}.")
+    retried = tasks.retry_refused(project)
+    messages.success(request, f"New predictions now come from {project.current_version}." + (
+        f" It will try the {retried:,} item{'s' if retried != 1 else ''} an earlier version refused." if retried
+        else ""))
     return redirect("project_settings", slug=project.slug)
 
 

@@ -3,14 +3,15 @@ the same model again by the sweep, and tried by the next version promoted."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from annotate import tasks
-from annotate.models import ApiToken, Item, ItemStatus
+from annotate import imports, tasks
+from annotate.models import ApiToken, Item, ItemStatus, ModelVersion
 from annotate.progress import project_progress
 from tests.annotate.conftest import decision_input
 
@@ -158,3 +159,71 @@ def test_the_api_gives_a_refused_items_status_and_reason(client, project, review
 
     assert body["status"] == "refused"
     assert body["refusal"] == f"version {project.current_version_id} (untrained): {REASON}"
+
+
+def test_admins_download_the_refused_inputs_as_an_items_file_that_imports_again_once_fixed(
+        client, project, project_admin, refused) -> None:
+    Item.objects.create(project=project, inputs=decision_input(1))  # waiting: not in the file
+    client.force_login(project_admin)
+
+    response = client.get(reverse("refused_inputs", args=[project.slug]))
+
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == 'attachment; filename="outages-refused-items.jsonl"'
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines()]
+    assert lines == [{"inputs": NO_HYPOTHESES}]
+    with pytest.raises(imports.ImportRejected):  # as it is, the project's tool refuses it too
+        imports.import_jsonl(project, [json.dumps(lines[0]).encode()], predict=False)
+    fixed = {"inputs": {**lines[0]["inputs"], "hypotheses": decision_input()["hypotheses"]}}
+    assert imports.import_jsonl(project, [json.dumps(fixed).encode()], predict=False).count == 1
+
+
+def test_admins_remove_the_refused_items_and_nothing_else(client, project, project_admin, refused) -> None:
+    waiting = Item.objects.create(project=project, inputs=decision_input(1))
+    client.force_login(project_admin)
+
+    response = client.post(reverse("refused_remove", args=[project.slug]), HTTP_HX_REQUEST="true")
+
+    assert response.status_code == 200 and response["HX-Redirect"] == reverse("project_detail", args=[project.slug])
+    assert list(project.items.values_list("pk", flat=True)) == [waiting.pk]
+    page = client.get(response["HX-Redirect"]).content.decode()
+    assert "Removed 1 refused item." in page and "refused-items" not in page
+
+
+def test_removing_refused_items_in_batches_keeps_an_item_a_worker_made_ready(project, refused) -> None:
+    more = [Item.objects.create(project=project, inputs=NO_HYPOTHESES, status=ItemStatus.REFUSED) for _ in range(4)]
+    Item.objects.filter(pk=more[0].pk).update(status=ItemStatus.READY, refusal="")  # predicted meanwhile
+
+    assert Item.objects.remove_refused(project, batch=2) == 4
+
+    assert list(project.items.values_list("pk", flat=True)) == [more[0].pk]
+
+
+def test_only_admins_remove_or_download_refused_items_and_only_by_post_with_csrf(
+        client, project, reviewer, outsider, project_admin, refused) -> None:
+    from django.test import Client
+
+    client.force_login(reviewer)
+    assert client.get(reverse("refused_inputs", args=[project.slug])).status_code == 403
+    assert client.post(reverse("refused_remove", args=[project.slug])).status_code == 403
+    client.force_login(outsider)
+    assert client.post(reverse("refused_remove", args=[project.slug])).status_code == 404
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(project_admin)
+    assert strict.get(reverse("refused_remove", args=[project.slug])).status_code == 405
+    assert strict.post(reverse("refused_remove", args=[project.slug])).status_code == 403
+    assert Item.objects.filter(pk=refused.pk).exists()
+
+
+def test_choosing_another_version_tries_the_refused_items_with_it(client, project, project_admin, refused,
+                                                                  monkeypatch) -> None:
+    sent = []
+    monkeypatch.setattr(tasks.predict_items, "delay_on_commit", lambda *args: sent.append(args))
+    other = ModelVersion.objects.allocate(project, label="wider", trained=False)
+    client.force_login(project_admin)
+
+    response = client.post(reverse("version_select", args=[project.slug]), {"version": other.pk}, follow=True)
+
+    assert "New predictions now come from wider. It will try the 1 item an earlier version refused." in (
+        response.content.decode())
+    assert sent == [(project.pk, [refused.pk], None)]
