@@ -195,10 +195,13 @@ def test_promote_makes_the_version_current_and_queues_repredicting(
     assert "is the current model" in page
 
 
-def test_repredict_predicts_items_waiting_for_review_with_the_promoted_version(
+def test_repredict_predicts_items_waiting_for_review_and_those_refused_with_the_promoted_version(
     project, finished, django_capture_on_commit_callbacks
 ) -> None:
-    waiting = Item.objects.create(project=project, inputs=project.items.first().inputs, status=ItemStatus.READY)
+    inputs = project.items.first().inputs
+    waiting = Item.objects.create(project=project, inputs=inputs, status=ItemStatus.READY)
+    refused = Item.objects.create(project=project, inputs=inputs, status=ItemStatus.REFUSED,
+                                  refusal="version 1: inputs: too long for this model")
 
     celery_app.conf.task_always_eager = True
     try:
@@ -209,20 +212,6 @@ def test_repredict_predicts_items_waiting_for_review_with_the_promoted_version(
 
     waiting.refresh_from_db()
     assert waiting.prediction.model_version_id == finished.result_version_id
-
-
-def test_repredict_tries_items_an_earlier_version_refused(project, finished,
-                                                          django_capture_on_commit_callbacks) -> None:
-    refused = Item.objects.create(project=project, inputs=project.items.first().inputs, status=ItemStatus.REFUSED,
-                                  refusal="version 1: inputs: too long for this model")
-
-    celery_app.conf.task_always_eager = True
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            services.promote(finished.result_version)
-    finally:
-        celery_app.conf.task_always_eager = False
-
     refused.refresh_from_db()
     assert (refused.status, refused.refusal) == (ItemStatus.READY, "")
     assert refused.prediction.model_version_id == finished.result_version_id
