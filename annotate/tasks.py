@@ -153,11 +153,12 @@ def predict_items(project_id: int, item_ids: list[int], version_id: int | None =
     with transaction.atomic():
         for item, result in zip(items, results, strict=True):
             if isinstance(result, str):
-                # Only an item that no version predicted: one refused by a newer version keeps its prediction.
+                # Only an item that no version predicted (its reason from the latest version to refuse it): one
+                # refused by a newer version keeps its prediction.
                 named = f"version {version.pk}" + (f" ({version.label})" if version.label else "")
                 refusal = f"{named}: {result}"[:REFUSAL_LENGTH]
-                Item.objects.filter(pk=item.pk, status=ItemStatus.PENDING).update(status=ItemStatus.REFUSED,
-                                                                                  refusal=refusal)
+                Item.objects.filter(pk=item.pk, status__in=[ItemStatus.PENDING, ItemStatus.REFUSED]).update(
+                    status=ItemStatus.REFUSED, refusal=refusal)
                 continue
             prediction = Prediction.objects.create(
                 item=item, model_version=version, receipt=result["receipt"], trace=result["trace"],

@@ -171,9 +171,10 @@ def version_select(request: HttpRequest, slug: str) -> HttpResponse:
     if not form.is_valid():
         return render(request, "annotate/project_form.html",
                       _settings_context(project, version_form=form), status=400)
+    changed = project.current_version_id != form.cleaned_data["version"].pk
     project.current_version = form.cleaned_data["version"]
     project.save(update_fields=["current_version"])
-    retried = tasks.retry_refused(project)
+    retried = tasks.retry_refused(project) if changed else 0
     messages.success(request, f"New predictions now come from {project.current_version}." + (
         f" It will try the {retried:,} item{'s' if retried != 1 else ''} an earlier version refused." if retried
         else ""))

@@ -61,6 +61,14 @@ def test_a_refused_item_that_a_model_accepts_becomes_ready_and_forgets_the_refus
     assert (item.status, item.refusal) == (ItemStatus.READY, "") and item.prediction is not None
 
 
+def test_a_refused_item_names_the_latest_version_to_refuse_it(project, refused) -> None:
+    newer = ModelVersion.objects.allocate(project, label="", trained=False)
+
+    assert tasks.predict_items(project.pk, [refused.pk], newer.pk) == 0
+
+    assert Item.objects.get(pk=refused.pk).refusal == f"version {newer.pk}: {REASON}"
+
+
 def test_an_item_an_earlier_version_predicted_stays_ready_when_refused(project) -> None:
     item = Item.objects.create(project=project, inputs=NO_HYPOTHESES, status=ItemStatus.READY)
 
@@ -227,3 +235,8 @@ def test_choosing_another_version_tries_the_refused_items_with_it(client, projec
     assert "New predictions now come from wider. It will try the 1 item an earlier version refused." in (
         response.content.decode())
     assert sent == [(project.pk, [refused.pk], None)]
+    sent.clear()
+    again = client.post(reverse("version_select", args=[project.slug]), {"version": other.pk}, follow=True)
+    assert "New predictions now come from wider." in again.content.decode() and "It will try" not in (
+        again.content.decode())
+    assert sent == []  # the same version would refuse them again
