@@ -231,7 +231,8 @@ def list_items(request: HttpRequest, token: ApiToken, project: Project) -> JsonR
         "items": [
             {"id": row["id"], "status": row["status"], "confidence": row["confidence"],
              "calibrated": row["calibrated"] is not None, "version": row["version_id"],
-             "final_answers": row["final_answers"], "disagreement": row["disagreement"], "preview": row["preview"]}
+             "final_answers": row["final_answers"], "disagreement": row["disagreement"], "preview": row["preview"],
+             "refusal": row["refusal"]}
             for row in result.rows
         ],
         "next": result.next_after,

@@ -160,13 +160,16 @@ def test_the_item_list_filters_refused_items_and_shows_the_reason(client, projec
             '&#x27;hypotheses&#x27;</span>') in page
 
 
-def test_the_api_gives_a_refused_items_status_and_reason(client, project, reviewer, refused) -> None:
+def test_the_api_gives_the_status_and_reason_in_the_item_and_the_list(client, project, reviewer, refused) -> None:
     key = ApiToken.objects.issue(reviewer)[1]
 
-    body = client.get(f"/api/projects/{project.slug}/items/{refused.pk}", HTTP_AUTHORIZATION=f"Bearer {key}").json()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+    body = client.get(f"/api/projects/{project.slug}/items/{refused.pk}", **auth).json()
+    listed = client.get(f"/api/projects/{project.slug}/items", {"status": "refused"}, **auth).json()
 
     assert body["status"] == "refused"
     assert body["refusal"] == f"version {project.current_version_id} (untrained): {REASON}"
+    assert [(row["id"], row["refusal"]) for row in listed["items"]] == [(refused.pk, body["refusal"])]
 
 
 def test_admins_download_the_refused_inputs_as_an_items_file_that_imports_again_once_fixed(
