@@ -66,7 +66,7 @@ def waited_too_long(project: Project) -> bool:
     """
     if project.current_version_id is None:
         return False
-    oldest = _waiting_for_prediction(project).values_list("created_at", flat=True).first()
+    oldest = _in_status(project, ItemStatus.PENDING).values_list("created_at", flat=True).first()
     return oldest is not None and timezone.now() - oldest >= STALE_WAIT
 
 
@@ -77,19 +77,20 @@ def requeue_waiting(project: Project) -> int:
     predicting at that very moment may get a second prediction from the same version (the item shows the latest).
     So the page offers this only once the oldest waiting item has waited past `STALE_WAIT`.
     """
-    if project.current_version_id is None:
-        return 0
-    ids = list(_waiting_for_prediction(project).values_list("id", flat=True))
-    enqueue_predictions(project, ids)
-    return len(ids)
+    return _queue_current(project, ItemStatus.PENDING)
 
 
 def retry_refused(project: Project) -> int:
     """Queue predictions by the project's current version for the items an earlier version refused; returns how
     many. (A version that refused an item refuses it again: `predict_items` makes no prediction twice.)"""
+    return _queue_current(project, ItemStatus.REFUSED)
+
+
+def _queue_current(project: Project, status: ItemStatus) -> int:
+    """Queue predictions by the current version (none without one) for the project's items in `status`."""
     if project.current_version_id is None:
         return 0
-    ids = list(project.items.filter(status=ItemStatus.REFUSED).order_by("id").values_list("id", flat=True))
+    ids = list(_in_status(project, status).values_list("id", flat=True))
     enqueue_predictions(project, ids)
     return len(ids)
 
@@ -122,8 +123,8 @@ def resend_lost_predictions(now) -> int:
     return resent
 
 
-def _waiting_for_prediction(project: Project):
-    return Item.objects.filter(project=project, status=ItemStatus.PENDING).order_by("id")
+def _in_status(project: Project, status: ItemStatus):
+    return Item.objects.filter(project=project, status=status).order_by("id")
 
 
 @shared_task(time_limit=1800, soft_time_limit=1700, **RETRY)
