@@ -7,7 +7,8 @@ more could not be deleted. Here each model's doomed rows are one subquery of the
 walking the foreign keys as Django's collector does, so the same dozen statements delete 10 items or 100,000,
 and the database ends as Django's cascade leaves it (`tests/annotate/test_deletion.py` checks both against
 each other). The files of the project's model versions, exports, jobs and uploads go once the rows have
-committed: a deletion that fails keeps them.
+committed: a deletion that fails keeps them. `delete_rows` does the same for any set of rows (a project's
+refused items), where the collector would load each row, inputs and all.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from operator import or_
 from django.apps import apps
 from django.db import connection, models, transaction
 from django.db.models import Count, Q
+from django.db.models.expressions import RawSQL
 from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
@@ -87,7 +89,7 @@ def in_progress(project: Project) -> str:
 
 def summary(project: Project) -> dict[type[models.Model], int]:
     """Rows that would go with `project`, per model, most first; the project itself left out (one count each)."""
-    plan = _plan(project)
+    plan = _plan(_only(project))
     return _most_first({model: plan.doomed[model].count() for model in plan.order if model is not Project}, plan)
 
 
@@ -117,17 +119,52 @@ def delete_project(project: Project) -> Deleted:
         busy = blockers(project)  # read after the lock: a job launched before it is seen here
         if busy:
             raise ProjectBusy(project, busy)
-        plan = _plan(project)
-        directories = [storage.relative_name(kind, pk) for kind, model in _artifact_models().items()
-                       for pk in plan.doomed[model].values_list("pk", flat=True)]
-        for field, pointing in plan.set_null:
-            pointing.update(**{field.name: None})
-        rows = {}
-        for model in reversed(plan.order):  # children first: their subqueries still find their parents
-            rows[model] = plan.doomed[model]._raw_delete(plan.doomed[model].db)
-        transaction.on_commit(lambda: _remove(directories))
+        plan = _plan(_only(project))
+        rows, directories = _execute(plan)
     rows.pop(Project)
-    return Deleted(_most_first(rows, plan), len(directories))
+    return Deleted(_most_first(rows, plan), directories)
+
+
+def delete_rows(rows: models.QuerySet) -> dict[type[models.Model], int]:
+    """Delete `rows` and whatever cascades from them, set-based, as Django's cascade would; returns rows per model.
+
+    Run it in a transaction that has locked `rows` (and keep `rows` to a fixed set, such as primary keys): each
+    statement evaluates them again. Artifact directories of deleted rows go once the transaction commits.
+    """
+    with transaction.atomic():
+        plan = _plan(rows)
+        deleted, _ = _execute(plan)
+    return _most_first(deleted, plan)
+
+
+def by_pks(model: type[models.Model], pks: list[int]) -> models.QuerySet:
+    """`model`'s rows with these primary keys, as a fixed set `delete_rows` can take.
+
+    On PostgreSQL the keys travel as one array: an IN list of 5,000 parameters, repeated in each statement of a
+    deletion, costs more to build and plan than deleting the rows (removing 50,000 refused items took 7.7 s so,
+    2.2 s with the array; measured 2026-12-03).
+    """
+    if connection.vendor == "postgresql":
+        return model._base_manager.filter(pk__in=RawSQL("SELECT unnest(%s::bigint[])", [list(pks)]))
+    return model._base_manager.filter(pk__in=pks)
+
+
+def _only(project: Project) -> models.QuerySet:
+    return Project._base_manager.filter(pk=project.pk)
+
+
+def _execute(plan: _Plan) -> tuple[dict[type[models.Model], int], int]:
+    """Run `plan`: pointers from rows that stay set to NULL, then the rows, children first; files after commit."""
+    directories = [storage.relative_name(kind, pk) for kind, model in _artifact_models().items()
+                   if model in plan.doomed for pk in plan.doomed[model].values_list("pk", flat=True)]
+    for field, pointing in plan.set_null:
+        pointing.update(**{field.name: None})
+    rows = {}
+    for model in reversed(plan.order):  # children first: their subqueries still find their parents
+        rows[model] = plan.doomed[model]._raw_delete(plan.doomed[model].db)
+    if directories:
+        transaction.on_commit(lambda: _remove(directories))
+    return rows, len(directories)
 
 
 @dataclass
@@ -137,9 +174,11 @@ class _Plan:
     set_null: list[tuple[models.ForeignKey, models.QuerySet]]  # pointers into doomed rows from rows that stay
 
 
-def _plan(project: Project) -> _Plan:
+def _plan(roots: models.QuerySet) -> _Plan:
+    """What deleting `roots` takes: each model whose rows cascade from them, with those rows as one subquery."""
+    root = roots.model
     cascades: dict[type[models.Model], list[models.ForeignKey]] = {}  # child -> its CASCADE keys into doomed
-    reached, frontier = {Project: None}, [Project]  # a dict, not a set: the same order on every run
+    reached, frontier = {root: None}, [root]  # a dict, not a set: the same order on every run
     while frontier:
         parent = frontier.pop()
         for field in _keys_to(parent):
@@ -150,7 +189,7 @@ def _plan(project: Project) -> _Plan:
                     frontier.append(field.model)
     graph = {model: {field.remote_field.model for field in cascades.get(model, [])} for model in reached}
     order = list(graphlib.TopologicalSorter(graph).static_order())  # a CASCADE cycle raises CycleError
-    doomed = {Project: Project._base_manager.filter(pk=project.pk)}
+    doomed = {root: roots}
     for model in order[1:]:
         keys = [Q(**{f"{field.attname}__in": doomed[field.remote_field.model].values(field.target_field.attname)})
                 for field in cascades[model]]
@@ -162,7 +201,7 @@ def _plan(project: Project) -> _Plan:
             if on_delete in (models.CASCADE, models.DO_NOTHING):
                 continue
             if on_delete is not models.SET_NULL:  # PROTECT, RESTRICT, SET_DEFAULT, SET(): not used by any model
-                raise NotImplementedError(f"{field} uses {on_delete.__name__}; deleting a project handles "
+                raise NotImplementedError(f"{field} uses {on_delete.__name__}; a set-based deletion handles "
                                           "CASCADE, SET_NULL and DO_NOTHING only")
             rows = field.model._base_manager.filter(
                 **{f"{field.attname}__in": doomed[target].values(field.target_field.attname)})

@@ -135,6 +135,25 @@ def test_deleting_leaves_the_database_as_djangos_cascade_does(doomed, kept) -> N
     assert Item.objects.filter(project=kept).count() == 3
 
 
+@pytest.mark.parametrize("which", ["first", "all"])
+def test_deleting_some_items_leaves_the_database_as_djangos_cascade_does(doomed, kept, which) -> None:
+    """`delete_rows` on items (what removing refused items uses): the first item holds a claim, answers with
+    revisions and an adjudication, so every cascade and SET NULL below an item runs."""
+    items = doomed.items.order_by("pk")
+    pks = list(items.values_list("pk", flat=True))[:1 if which == "first" else None]
+    with transaction.atomic():
+        Item.objects.filter(pk__in=pks).delete()
+        expected = _rows()
+        transaction.set_rollback(True)
+
+    deleted = deletion.delete_rows(deletion.by_pks(Item, pks))
+
+    assert _rows() == expected
+    assert deleted[Item] == len(pks) and deleted[Prediction] == len(pks)
+    assert deleted[Answer] == 2 and deleted[AdjudicationRevision] == 1 and deleted[Claim] == 1
+    assert Item.objects.filter(project=kept).count() == 3
+
+
 def test_files_go_after_the_rows_and_another_projects_stay(doomed, kept, django_capture_on_commit_callbacks) -> None:
     before = _directories()
     ours = {storage.relative_name(kind, pk) for kind, model in deletion._artifact_models().items()

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from annotate import imports, tasks
-from annotate.models import ApiToken, Item, ItemStatus, ModelVersion
+from annotate.models import ApiToken, Claim, Item, ItemStatus, ModelVersion, Prediction
 from annotate.progress import project_progress
 from tests.annotate.conftest import decision_input
 
@@ -208,6 +208,21 @@ def test_removing_refused_items_in_batches_keeps_an_item_a_worker_made_ready(pro
     assert Item.objects.remove_refused(project, batch=2) == 4
 
     assert list(project.items.values_list("pk", flat=True)) == [more[0].pk]
+
+
+def test_removing_refused_items_takes_what_hangs_off_them_and_keeps_the_rest(project, reviewer, refused) -> None:
+    """The rows go set-based, not through Django's cascade: a prediction or claim left on one goes with it."""
+    ready = Item.objects.create(project=project, inputs=decision_input(1))
+    tasks.predict_items(project.pk, [ready.pk])
+    ready.refresh_from_db()
+    old = Prediction.objects.create(item=refused, model_version=ready.prediction.model_version, receipt={})
+    Claim.objects.create(item=refused, reviewer=reviewer, expires_at=timezone.now())
+
+    assert Item.objects.remove_refused(project) == 1
+
+    assert list(project.items.values_list("pk", flat=True)) == [ready.pk]
+    assert not Prediction.objects.filter(pk=old.pk).exists() and not Claim.objects.exists()
+    assert Prediction.objects.get(item=ready) == ready.prediction
 
 
 def test_only_admins_remove_or_download_refused_items_and_only_by_post_with_csrf(

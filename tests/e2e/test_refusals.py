@@ -4,6 +4,7 @@ the project page and in the item list, downloads their inputs, and removes them 
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -28,8 +29,19 @@ def project(django_user_model) -> Project:
 
 
 def test_an_admin_sees_why_items_were_refused_downloads_them_and_removes_them(page, artifacts, project,
-                                                                              eager_celery) -> None:
+                                                                              eager_celery, monkeypatch) -> None:
     from annotate import tasks
+    from annotate.models import ItemQuerySet
+
+    removing, go_on = threading.Event(), threading.Event()
+    remove = ItemQuerySet.remove_refused
+
+    def remove_when_told(self, *args, **kwargs):  # the live server's thread: holds the request while we look
+        removing.set()
+        go_on.wait(timeout=60)
+        return remove(self, *args, **kwargs)
+
+    monkeypatch.setattr(ItemQuerySet, "remove_refused", remove_when_told)
 
     # Stored before the tool needed hypotheses, say: the import would refuse them now, the model refuses them.
     stale = [Item.objects.create(project=project, inputs=NO_HYPOTHESES) for _ in range(2)]
@@ -55,11 +67,19 @@ def test_an_admin_sees_why_items_were_refused_downloads_them_and_removes_them(pa
     lines = download.value.path().read_text().splitlines()
     assert [json.loads(line) for line in lines] == [{"inputs": NO_HYPOTHESES}] * 2
 
+    busy = page.locator(".refused-items .busy")
     page.once("dialog", lambda dialog: dialog.dismiss())  # changed their mind: nothing goes
     page.get_by_role("button", name="remove them").click()
     assert Item.objects.filter(status=ItemStatus.REFUSED).count() == 2
+    assert not removing.is_set() and busy.is_hidden()
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="remove them").click()
+    assert removing.wait(timeout=30)
+    busy.wait_for(state="visible")  # while it runs, the page says so and the button cannot be clicked again
+    assert busy.inner_text() == "(removing 2 items…)"
+    assert page.get_by_role("button", name="remove them").is_disabled()
+    page.screenshot(path=str(artifacts / "removing.png"), full_page=True)
+    go_on.set()
     page.get_by_text("Removed 2 refused items.").wait_for()
     assert list(Item.objects.values_list("pk", flat=True)) == [good.pk]
     assert page.locator(".refused-items").count() == 0
