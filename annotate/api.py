@@ -242,16 +242,43 @@ def list_items(request: HttpRequest, token: ApiToken, project: Project) -> JsonR
     })
 
 
-@require_GET
+@require_http_methods(["GET", "PATCH"])
 @token_required
 def item_detail(request: HttpRequest, token: ApiToken, slug: str, item_id: int) -> JsonResponse:
-    """`GET /api/projects/<slug>/items/<id>`: inputs, status, the latest receipt, and the final answers."""
+    """`GET /api/projects/<slug>/items/<id>`: inputs, status, the latest receipt, and the final answers.
+
+    `PATCH` with `{"inputs": ...}` fixes a refused item's inputs (admins): checked as an import checks them, the
+    item waits for a prediction again. 400 naming what is wrong, 409 for an item that is not refused.
+    """
     project = _reachable(token, slug)
     if project is None:
         return _not_reachable(slug)
     item = Item.objects.filter(project=project, pk=item_id).select_related("prediction").first()
     if item is None:
         return _error(404, f"no item {item_id} in project {slug!r}")
+    if request.method == "PATCH":
+        return _fix_inputs(request, token, project, item)
+    return _item_json(token, project, item)
+
+
+def _fix_inputs(request: HttpRequest, token: ApiToken, project: Project, item: Item) -> JsonResponse:
+    if project.role_of(token.user) != Role.ADMIN:
+        return _error(403, f"changing items of {project.slug!r} needs the project's admin role")
+    body = _json_body(request, imports.max_api_items_bytes())
+    if isinstance(body, JsonResponse):
+        return body
+    if not isinstance(body, dict) or set(body) != {"inputs"}:
+        return _error(400, "expected a JSON object {\"inputs\": ...}: only a refused item's inputs can change")
+    try:
+        imports.fix_refused(project, item.pk, body["inputs"])
+    except imports.NotRefused as exc:
+        return _error(409, str(exc))
+    except ValueError as exc:
+        return _error(400, f"nothing was changed: {exc}")
+    return _item_json(token, project, Item.objects.select_related("prediction").get(pk=item.pk))
+
+
+def _item_json(token: ApiToken, project: Project, item: Item) -> JsonResponse:
     answers = item.answers.filter(kind__in=("target", "skip")).select_related("reviewer").order_by("id")
     is_admin = project.role_of(token.user) == Role.ADMIN
     return JsonResponse({

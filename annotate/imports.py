@@ -213,6 +213,28 @@ def validate_record(project: Project, record: Any) -> Any:
         raise ValueError("inputs: nested too deeply") from exc
 
 
+class NotRefused(ValueError):
+    """The item is not refused (any more): a model version predicted it meanwhile, or it was never refused."""
+
+
+def fix_refused(project: Project, item_id: int, inputs: Any) -> None:
+    """Give a refused item of `project` new `inputs` (parsed JSON), checked as an import checks each line.
+
+    The item then waits for a prediction again (queued when this commits) and counts as imported now, so the
+    project page does not take it for a prediction lost long ago. `ValueError` naming what is wrong (bad
+    inputs), or `NotRefused`; either way nothing changes.
+    """
+    checked = validate_record(project, {"inputs": inputs})
+    with transaction.atomic():
+        changed = Item.objects.filter(pk=item_id, project=project, status=ItemStatus.REFUSED).update(
+            inputs=checked, status=ItemStatus.PENDING, refusal="", created_at=timezone.now())
+        if not changed:
+            status = Item.objects.filter(pk=item_id, project=project).values_list("status", flat=True).first()
+            now = f"is {ItemStatus(status).label.lower()}" if status else "was removed"
+            raise NotRefused(f"item {item_id} {now}, not refused: only a refused item's inputs can change")
+        _queue_predictions(project, ImportResult([item_id]), predict=True)
+
+
 def create_items(project: Project, inputs_list: list[Any], *, predict: bool = True) -> ImportResult:
     """Create ready-to-predict items in one transaction; predictions are queued when it commits."""
     result = ImportResult()

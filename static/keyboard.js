@@ -72,6 +72,11 @@
     var target = event.target;
 
     if (event.key === "Enter") {
+      if (target.tagName === "TEXTAREA" && "multiline" in target.dataset) {
+        // A box of lines (JSON inputs): Enter starts a line, Ctrl+Enter (Cmd+Enter) submits.
+        if (event.ctrlKey || event.metaKey) { event.preventDefault(); submitForm(target.form); }
+        return;
+      }
       if (event.altKey || event.shiftKey && target.tagName === "TEXTAREA") return;
       if (target.tagName === "TEXTAREA") {
         event.preventDefault();

@@ -8,6 +8,7 @@ nothing the reviewer typed is lost.
 
 from __future__ import annotations
 
+import json
 import math
 
 from django.contrib import messages
@@ -21,7 +22,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from annotate import queue
+from annotate import imports, queue
 from annotate.forms import SkipForm, parse_target
 from annotate.models import FINAL_KINDS, Answer, Claim, Item, ItemStatus, Prediction, Project
 from annotate.views import access, display
@@ -110,6 +111,32 @@ def item_skip(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 @vary_on_headers("HX-Request")
+def item_fix_inputs(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """An admin's fix of a refused item's inputs: checked as an import checks them, then predicted again."""
+    project = access.admin_project(request, slug)
+    item = access.project_item(project, pk)
+    text = request.POST.get("inputs", "")
+    try:
+        try:
+            inputs = imports.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"not valid JSON ({exc})") from None
+        imports.fix_refused(project, item.pk, inputs)
+    except imports.NotRefused:
+        return _navigate(request, project, access.project_item(project, pk),
+                         notice="Not saved: a model version has predicted this item meanwhile.")
+    except ValueError as exc:  # not JSON, or inputs the tool refuses: what they typed stays in the box
+        message = f"Not saved: {exc}"
+        if request.htmx:
+            return _invalid(request, project, item, message)
+        return _workspace(request, project, item, error=message, status=400, fix_text=text)
+    return _navigate(request, project, access.project_item(project, pk),
+                     notice="Inputs saved: the model predicts this item again.")
+
+
+@require_POST
+@login_required
+@vary_on_headers("HX-Request")
 def review_undo(request: HttpRequest, slug: str) -> HttpResponse:
     """Undo the reviewer's last submission: it becomes a draft and its item is shown to change it."""
     project = access.member_project(request, slug)
@@ -185,8 +212,9 @@ def _queue_empty(request: HttpRequest, project: Project) -> HttpResponse:
 
 
 def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str = "", notice: str = "",
-               status: int = 200, read: tuple | None = None) -> HttpResponse:
-    """`read`: the viewer's answer and latest answered item, when they came with the item (the item page)."""
+               status: int = 200, read: tuple | None = None, fix_text: str | None = None) -> HttpResponse:
+    """`read`: the viewer's answer and latest answered item, when they came with the item (the item page).
+    `fix_text`: what an admin typed as a refused item's inputs, shown again with the error."""
     user = request.user
     now = timezone.now()
     answer, previous_pk = queue.answer_and_previous(project, user, item, read=read)
@@ -208,7 +236,8 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
             read_only_reason = "This item waits for the model's prediction."
         elif item.status == ItemStatus.REFUSED:
             read_only_reason = (f"The model refused this item's inputs ({item.refusal}). The next model version "
-                                "promoted tries them again.")
+                                "promoted tries them again" + (", or fix them below." if project.is_admin(user)
+                                                                else "."))
         else:
             read_only_reason = "This item is not assigned to you: review the next item to label."
     if answer is not None and answer.kind == "draft" and claim_expires is None and not error:
@@ -237,9 +266,15 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         "error": error,
         "notice": notice,
         "oob": bool(request.htmx),
-        # Admins see everyone's work on the item; reviewers see only their own.
-        "all_answers": _all_answers(item) if project.is_admin(user) else None,
     }
+    if project.is_admin(user):
+        # Admins see everyone's work on the item (reviewers see only their own), and fix a refused item's inputs.
+        context["all_answers"] = _all_answers(item)
+        if item.status == ItemStatus.REFUSED:
+            context["fix_text"] = fix_text if fix_text is not None else json.dumps(item.inputs, indent=2,
+                                                                                   ensure_ascii=False)
+    else:
+        context["all_answers"] = None
     template = "annotate/_item.html" if request.htmx else "annotate/item.html"
     return render(request, template, context, status=status)
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
 
 from annotate import imports, tasks
 from annotate.models import ApiToken, Claim, Item, ItemStatus, ModelVersion, Prediction
@@ -258,3 +259,122 @@ def test_choosing_another_version_tries_the_refused_items_with_it(client, projec
     assert "New predictions now come from wider." in again.content.decode() and "It will try" not in (
         again.content.decode())
     assert sent == []  # the same version would refuse them again
+
+
+def _fix(client, project, item, text: str, **headers):
+    return client.post(reverse("item_fix_inputs", args=[project.slug, item.pk]), {"inputs": text}, **headers)
+
+
+def test_an_admin_fixes_a_refused_items_inputs_and_the_model_predicts_it(client, project, project_admin, refused,
+                                                                         monkeypatch) -> None:
+    sent = []
+    monkeypatch.setattr(tasks.predict_items, "delay_on_commit", lambda *args: sent.append(args))
+    client.force_login(project_admin)
+    page = client.get(reverse("item_detail", args=[project.slug, refused.pk])).content.decode()
+    assert 'id="fix-inputs"' in page and "&quot;question&quot;: &quot;Why did the cache stop?&quot;" in page
+    fixed = {**NO_HYPOTHESES, "hypotheses": decision_input()["hypotheses"]}
+
+    response = _fix(client, project, refused, json.dumps(fixed), HTTP_HX_REQUEST="true")
+
+    assert response.status_code == 200
+    assert response["HX-Push-Url"] == reverse("item_detail", args=[project.slug, refused.pk])
+    page = response.content.decode()
+    assert "Inputs saved: the model predicts this item again." in page
+    assert "This item waits for the model&#x27;s prediction." in page and 'id="fix-inputs"' not in page
+    refused_before = refused.created_at
+    refused.refresh_from_db()
+    assert refused.status == ItemStatus.PENDING and refused.refusal == "" and refused.inputs["hypotheses"]
+    assert refused.created_at > refused_before  # counts as imported now: not a prediction lost long ago
+    assert sent == [(project.pk, [refused.pk], None)]
+    tasks.predict_items(*sent[0])
+    refused.refresh_from_db()
+    assert refused.status == ItemStatus.READY and refused.prediction is not None
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("{not json", "Not saved: not valid JSON (Expecting property name enclosed in double quotes"),
+    (json.dumps(NO_HYPOTHESES), "Not saved: inputs: missing &#x27;hypotheses&#x27;"),
+    ('{"question": NaN}', "Not saved: not valid JSON ("),
+])
+def test_inputs_that_are_not_json_or_that_the_tool_refuses_change_nothing(client, project, project_admin, refused,
+                                                                          text, error) -> None:
+    client.force_login(project_admin)
+
+    with_htmx = _fix(client, project, refused, text, HTTP_HX_REQUEST="true")
+    without = _fix(client, project, refused, text)
+
+    assert with_htmx["HX-Retarget"] == "#editor-error" and error in with_htmx.content.decode()
+    assert without.status_code == 400 and error in without.content.decode()
+    assert f">{escape(text)}</textarea>" in without.content.decode()  # what they typed stays in the box
+    stored = Item.objects.get(pk=refused.pk)
+    assert (stored.status, stored.inputs, stored.refusal) == (ItemStatus.REFUSED, NO_HYPOTHESES, refused.refusal)
+
+
+def test_an_item_a_version_predicted_meanwhile_is_not_changed(client, project, project_admin, refused) -> None:
+    Item.objects.filter(pk=refused.pk).update(status=ItemStatus.READY, refusal="")
+    client.force_login(project_admin)
+    fixed = {**NO_HYPOTHESES, "hypotheses": decision_input()["hypotheses"]}
+
+    page = _fix(client, project, refused, json.dumps(fixed), HTTP_HX_REQUEST="true").content.decode()
+
+    assert "Not saved: a model version has predicted this item meanwhile." in page
+    assert Item.objects.get(pk=refused.pk).inputs == NO_HYPOTHESES
+    with pytest.raises(imports.NotRefused):
+        imports.fix_refused(project, refused.pk, fixed)
+
+
+def test_only_admins_fix_inputs_by_post_with_csrf_in_their_project(client, project, reviewer, outsider,
+                                                                   project_admin, refused) -> None:
+    from django.test import Client
+
+    from annotate.models import Membership, Project, Role
+
+    fixed = json.dumps({**NO_HYPOTHESES, "hypotheses": decision_input()["hypotheses"]})
+    client.force_login(reviewer)
+    assert 'id="fix-inputs"' not in client.get(reverse("item_detail", args=[project.slug, refused.pk])).content.decode()
+    assert _fix(client, project, refused, fixed).status_code == 403
+    client.force_login(outsider)
+    assert _fix(client, project, refused, fixed).status_code == 404
+    other = Project.objects.create(slug="other", name="Other", tool="decision", mode="rank")
+    Membership.objects.create(project=other, user=project_admin, role=Role.ADMIN)  # but not its item
+    client.force_login(project_admin)
+    assert client.post(reverse("item_fix_inputs", args=[other.slug, refused.pk]), {"inputs": fixed}).status_code == 404
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(project_admin)
+    url = reverse("item_fix_inputs", args=[project.slug, refused.pk])
+    assert strict.get(url).status_code == 405
+    assert strict.post(url, {"inputs": fixed}).status_code == 403
+    assert Item.objects.get(pk=refused.pk).status == ItemStatus.REFUSED
+
+
+def test_the_api_fixes_a_refused_items_inputs_for_admins_only(client, project, reviewer, project_admin, refused,
+                                                              monkeypatch) -> None:
+    sent = []
+    monkeypatch.setattr(tasks.predict_items, "delay_on_commit", lambda *args: sent.append(args))
+    url = f"/api/projects/{project.slug}/items/{refused.pk}"
+    fixed = {**NO_HYPOTHESES, "hypotheses": decision_input()["hypotheses"]}
+
+    def patch(user, body, raw=None):
+        key = ApiToken.objects.issue(user)[1]
+        return client.patch(url, raw if raw is not None else json.dumps(body), content_type="application/json",
+                            HTTP_AUTHORIZATION=f"Bearer {key}")
+
+    assert patch(reviewer, {"inputs": fixed}).status_code == 403
+    assert patch(project_admin, None, raw="{oops").status_code == 400
+    wrong = patch(project_admin, {"inputs": fixed, "status": "ready"})
+    assert wrong.status_code == 400 and "only a refused item's inputs can change" in wrong.json()["error"]
+    refused_again = patch(project_admin, {"inputs": NO_HYPOTHESES})
+    assert refused_again.status_code == 400
+    assert refused_again.json()["error"] == "nothing was changed: inputs: missing 'hypotheses'"
+    assert Item.objects.get(pk=refused.pk).status == ItemStatus.REFUSED and sent == []
+
+    done = patch(project_admin, {"inputs": fixed})
+
+    assert done.status_code == 200
+    assert (done.json()["status"], done.json()["refusal"], done.json()["inputs"]["hypotheses"]) == (
+        "pending", "", fixed["hypotheses"])
+    assert sent == [(project.pk, [refused.pk], None)]
+    again = patch(project_admin, {"inputs": fixed})
+    assert again.status_code == 409
+    assert again.json()["error"] == (f"item {refused.pk} is waiting for a prediction, not refused: only a refused "
+                                     "item's inputs can change")

@@ -84,3 +84,37 @@ def test_an_admin_sees_why_items_were_refused_downloads_them_and_removes_them(pa
     assert list(Item.objects.values_list("pk", flat=True)) == [good.pk]
     assert page.locator(".refused-items").count() == 0
     page.screenshot(path=str(artifacts / "removed.png"), full_page=True)
+
+
+def test_an_admin_fixes_a_refused_items_inputs_on_its_page(page, artifacts, project, eager_celery) -> None:
+    from annotate import tasks
+
+    stale = Item.objects.create(project=project, inputs=NO_HYPOTHESES)
+    tasks.predict_items(project.pk, [stale.pk])
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/outages/items/?status=refused")
+    page.locator(".item-table tbody tr a").first.click()
+    page.wait_for_url(f"**/items/{stale.pk}/")
+    box = page.get_by_label("Fix its inputs")
+    assert json.loads(box.input_value()) == NO_HYPOTHESES
+    page.screenshot(path=str(artifacts / "refused-item.png"), full_page=True)
+
+    broken = box.input_value().rstrip().rstrip("}")  # a brace lost while editing
+    box.fill(broken)
+    page.get_by_role("button", name="Save and predict again").click()
+    page.locator("#editor-error").get_by_text("Not saved: not valid JSON").wait_for()
+    assert box.input_value() == broken  # nothing typed is lost
+    assert Item.objects.get(pk=stale.pk).status == ItemStatus.REFUSED
+    page.screenshot(path=str(artifacts / "fix-error.png"), full_page=True)
+
+    box.fill(json.dumps({**NO_HYPOTHESES, "hypotheses": decision_input()["hypotheses"]}, indent=2))
+    box.press("End")
+    box.press("Enter")  # starts a line, as in any editor: it does not submit
+    assert box.input_value().endswith("}\n") and Item.objects.get(pk=stale.pk).status == ItemStatus.REFUSED
+    box.press("Control+Enter")
+    page.get_by_text("Inputs saved: the model predicts this item again.").wait_for()
+    assert page.get_by_label("Fix its inputs").count() == 0
+    assert Item.objects.get(pk=stale.pk).status == ItemStatus.READY  # the worker (eager here) predicted it
+    page.reload()
+    assert page.locator(".panel-prediction").get_by_text("Model version").count() == 1
+    page.screenshot(path=str(artifacts / "fixed.png"), full_page=True)
