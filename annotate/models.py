@@ -256,7 +256,7 @@ class ItemQuerySet(models.QuerySet):
         return self.order_by(F("confidence").asc(nulls_last=True), "created_at", "id")
 
     def remove_refused(self, project: Project, batch: int = 5000) -> int:
-        """Delete the project's refused items (and their predictions from earlier versions); returns how many.
+        """Delete the project's refused items (and any row that hangs off them); returns how many.
 
         A refused item was never ready, so it has no claim or answer to lose. Each batch is locked first, so an
         item that a worker predicts meanwhile (and makes ready) is either removed before or kept after. The rows

@@ -117,14 +117,9 @@ def item_fix_inputs(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     item = access.project_item(project, pk)
     text = request.POST.get("inputs", "")
     try:
-        try:
-            inputs = imports.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"not valid JSON ({exc})") from None
-        imports.fix_refused(project, item.pk, inputs)
-    except imports.NotRefused:
-        return _navigate(request, project, access.project_item(project, pk),
-                         notice="Not saved: a model version has predicted this item meanwhile.")
+        imports.fix_refused(project, item.pk, imports.parse_line(text.encode()))  # ValueError: not JSON, say
+    except imports.NotRefused as exc:  # a version predicted it meanwhile, or another admin fixed it
+        return _navigate(request, project, access.project_item(project, pk), notice=f"Not saved: {exc}.")
     except ValueError as exc:  # not JSON, or inputs the tool refuses: what they typed stays in the box
         message = f"Not saved: {exc}"
         if request.htmx:

@@ -317,7 +317,8 @@ def test_an_item_a_version_predicted_meanwhile_is_not_changed(client, project, p
 
     page = _fix(client, project, refused, json.dumps(fixed), HTTP_HX_REQUEST="true").content.decode()
 
-    assert "Not saved: a model version has predicted this item meanwhile." in page
+    assert (f"Not saved: item {refused.pk} is ready for review, not refused: only a refused item&#x27;s inputs can "
+            "change.") in page
     assert Item.objects.get(pk=refused.pk).inputs == NO_HYPOTHESES
     with pytest.raises(imports.NotRefused):
         imports.fix_refused(project, refused.pk, fixed)
