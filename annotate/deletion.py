@@ -76,9 +76,12 @@ def blockers(project: Project) -> list[str]:
     return found
 
 
-def in_progress(project: Project) -> str:
-    """Who is labelling in `project` right now (claims not yet expired), for the confirmation; "" if nobody."""
+def in_progress(project: Project, items: models.QuerySet | None = None) -> str:
+    """Who is labelling in `project` (or `items` of it) right now, claims not yet expired, for the confirmation;
+    "" if nobody."""
     active = Claim.objects.filter(item__project=project, expires_at__gt=timezone.now())
+    if items is not None:
+        active = active.filter(item__in=items.values("pk"))
     counts = active.aggregate(items=Count("item", distinct=True), reviewers=Count("reviewer", distinct=True))
     if not counts["items"]:
         return ""
@@ -123,6 +126,30 @@ def delete_project(project: Project) -> Deleted:
         rows, directories = _execute(plan)
     rows.pop(Project)
     return Deleted(_most_first(rows, plan), directories)
+
+
+def item_summary(items: models.QuerySet) -> dict[type[models.Model], int]:
+    """Rows that would go with `items`, per model, most first (the items among them; one count each)."""
+    plan = _plan(items)
+    return _most_first({model: plan.doomed[model].count() for model in plan.order}, plan)
+
+
+def delete_items(items: models.QuerySet, batch: int = 5000) -> dict[type[models.Model], int]:
+    """Delete `items` (a filtered queryset of items) and what cascades from them, in locked batches; the rows
+    deleted per model, most first.
+
+    Each batch is locked and matched again first, so an item that stops matching meanwhile (a worker made it
+    ready, a reviewer finished it) stays, and a submit in flight holds its item until it commits: its answer
+    then goes with the item, and a later one finds the item gone.
+    """
+    totals: dict[type[models.Model], int] = {Item: 0}
+    while True:
+        with transaction.atomic():
+            ids = list(items.select_for_update(of=("self",)).order_by("id").values_list("id", flat=True)[:batch])
+            if not ids:
+                return _most_first(totals, _plan(items))
+            for model, count in delete_rows(by_pks(Item, ids)).items():
+                totals[model] = totals.get(model, 0) + count
 
 
 def delete_rows(rows: models.QuerySet) -> dict[type[models.Model], int]:

@@ -260,20 +260,12 @@ class ItemQuerySet(models.QuerySet):
 
         A refused item was never ready, so it has no claim or answer to lose. Each batch is locked first, so an
         item that a worker predicts meanwhile (and makes ready) is either removed before or kept after. The rows
-        go set-based (`deletion.delete_rows`): Django's cascade loaded every item, inputs and all, which took
+        go set-based (`deletion.delete_items`): Django's cascade loaded every item, inputs and all, which took
         4.7 s for 50,000 items against 2.2 s (measured 2026-12-03).
         """
         from annotate import deletion  # it imports this module
 
-        removed = 0
-        while True:
-            with transaction.atomic():
-                ids = list(self.select_for_update().filter(project=project, status=ItemStatus.REFUSED)
-                           .order_by("id").values_list("id", flat=True)[:batch])
-                if not ids:
-                    return removed
-                deletion.delete_rows(deletion.by_pks(Item, ids))
-            removed += len(ids)
+        return deletion.delete_items(self.filter(project=project, status=ItemStatus.REFUSED), batch=batch)[Item]
 
 
 REFUSAL_LENGTH = 500

@@ -6,17 +6,24 @@ filters are answered with 400 and the list's error summary, never ignored.
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import urlencode
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Max
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect
 
-from annotate import itemlist
-from annotate.models import ItemStatus
+from annotate import deletion, itemlist
+from annotate.models import Answer, Item, ItemStatus
 from annotate.views import access
+
+logger = logging.getLogger(__name__)
 
 
 @require_GET
@@ -34,6 +41,9 @@ def item_list(request: HttpRequest, slug: str) -> HttpResponse:
     else:
         results = itemlist.page(project, filters, size=itemlist.PAGE_SIZE)
         context.update(page=results, values=filters.values(), filters=filters)
+        if results.rows and project.is_admin(request.user):
+            query = filters.query_string(sort="")
+            context["delete_url"] = reverse("items_delete", args=[project.slug]) + (query if query != "?" else "")
     status = 400 if context["errors"] else 200
     if request.htmx:
         response = render(request, "annotate/_item_results.html", context, status=status)
@@ -48,3 +58,59 @@ def item_list(request: HttpRequest, slug: str) -> HttpResponse:
         sorts=itemlist.SORTS,
     )
     return render(request, "annotate/item_list.html", context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
+    """What deleting the items that the list's filters match would remove, and (POST) deleting them.
+
+    The page counts the items it shows (`expected`, the newest of them `through`). The POST deletes those that
+    still match, and none if that count changed meanwhile: nobody deletes more, or other, items than they saw.
+    """
+    project = access.admin_project(request, slug)
+    params = request.POST if request.method == "POST" else request.GET
+    given = {name: params[name] for name in itemlist.FILTER_PARAMS if params.get(name)}
+    list_url = reverse("item_list", args=[project.slug]) + (f"?{urlencode(given)}" if given else "")
+    try:
+        filters = itemlist.ItemFilters.parse(project, given, user=request.user)
+    except itemlist.InvalidFilters:
+        return redirect(list_url)  # the list names what is wrong with them
+    matching = filters.apply(project.items.all())
+    blockers = deletion.blockers(project)
+    warning, status = "", 200
+    if request.method == "POST":
+        through, expected = _whole(params.get("through")), _whole(params.get("expected"))
+        items = matching.filter(pk__lte=through or 0)
+        count = items.count()
+        if count == expected and not blockers and count:
+            deleted = deletion.delete_items(items)
+            logger.info("project %s: %s deleted by %s (filters %s)", project.slug, deletion.counted(deleted),
+                        request.user, given)
+            messages.success(request, f"Deleted {deletion.counted(deleted)}.")
+            return HttpResponseClientRedirect(list_url) if request.htmx else redirect(list_url)
+        status = 409
+        if not blockers:
+            warning = (f"Nothing was deleted: the filters now match {count:,} of the items counted here before, not "
+                       f"{expected or 0:,}. Check what goes below and confirm again.")
+        if request.htmx:  # the page again, counted afresh, with the reason on top
+            if warning:
+                messages.warning(request, warning)
+            query = f"?{urlencode(given)}" if given else ""
+            return HttpResponseClientRedirect(reverse("items_delete", args=[project.slug]) + query)
+    through = matching.aggregate(newest=Max("pk"))["newest"] or 0
+    items = matching.filter(pk__lte=through)
+    rows = deletion.item_summary(items)
+    described = [(_NAMES.get(name, itemlist.LABELS.get(name, name)), value) for name, value in given.items()]
+    context = {"project": project, "described": described, "list_url": list_url, "given": given, "through": through,
+               "count": rows[Item], "answers": rows.get(Answer, 0), "blockers": blockers, "warning": warning,
+               "in_progress": deletion.in_progress(project, items),
+               "rows": [(deletion.name(model, count), count) for model, count in rows.items() if count]}
+    return render(request, "annotate/items_delete.html", context, status=status)
+
+
+_NAMES = {"confidence_min": "Confidence at least", "confidence_max": "Confidence at most", "reviewer": "Answered by"}
+
+
+def _whole(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() and len(text) < 19 else None

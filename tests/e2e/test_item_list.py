@@ -147,3 +147,40 @@ def test_progress_page_draws_its_charts(page, artifacts, team) -> None:
     page.screenshot(path=str(artifacts / "progress.png"), full_page=True)
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0
+
+
+def test_an_admin_deletes_the_items_a_search_matches(page, artifacts, team, monkeypatch) -> None:
+    import threading
+
+    from annotate import deletion
+
+    printer = {item.pk for item in Item.objects.all() if "printer" in item.inputs["question"]}
+    deleting, go_on = threading.Event(), threading.Event()
+    delete_items = deletion.delete_items
+
+    def delete_when_told(*args, **kwargs):  # the live server's thread: holds the request while we look
+        deleting.set()
+        go_on.wait(timeout=60)
+        return delete_items(*args, **kwargs)
+
+    monkeypatch.setattr(deletion, "delete_items", delete_when_told)
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/outages/items/?q=printer")
+    assert page.locator("#items-count").inner_text().startswith(f"{len(printer)} matching items (filtered).")
+
+    page.get_by_role("link", name="Delete the matching items…").click()
+    page.wait_for_url("**/items/delete/?q=printer")
+    assert page.get_by_role("heading", level=1).inner_text() == f"Delete {len(printer)} items of Outages"
+    assert "Search inputs printer" in page.locator("#delete-filters").inner_text()
+    page.screenshot(path=str(artifacts / "confirm.png"), full_page=True)
+    page.get_by_role("button", name=re.compile(rf"^Delete {len(printer)} items")).click()
+    assert deleting.wait(timeout=30)
+    page.get_by_text(f"Deleting {len(printer)} items…").wait_for()
+    assert page.locator("#delete-items").is_disabled()
+    go_on.set()
+
+    page.wait_for_url("**/items/?q=printer")
+    page.get_by_text(f"Deleted {len(printer)} items").wait_for()
+    assert page.locator("#items-empty").inner_text().startswith("No items match these filters.")
+    assert not Item.objects.filter(pk__in=printer).exists() and Item.objects.count() == 34 - len(printer)
+    page.screenshot(path=str(artifacts / "deleted.png"), full_page=True)
