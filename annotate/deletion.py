@@ -14,8 +14,10 @@ refused items), where the collector would load each row, inputs and all.
 from __future__ import annotations
 
 import graphlib
+import json
 import logging
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 from operator import or_
@@ -152,6 +154,21 @@ def delete_items(items: models.QuerySet, batch: int = 5000) -> dict[type[models.
                 totals[model] = totals.get(model, 0) + count
 
 
+def delete_items_among(ids: list[int], narrow: Callable[[models.QuerySet], models.QuerySet],
+                       batch: int = 5000) -> dict[type[models.Model], int]:
+    """`delete_items` of the items among `ids` that `narrow` keeps, `batch` ids at a time, each batch narrowed
+    again under its lock; the rows deleted per model, most first.
+
+    Each statement carries only its batch's ids: the whole list in each took 12.5 s for 90,000 items against
+    7.0 s, with their 90,000 predictions and 36,000 answers (measured 2026-12-03).
+    """
+    totals: dict[type[models.Model], int] = {Item: 0}
+    for start in range(0, len(ids), batch):
+        for model, count in delete_items(narrow(by_pks(Item, ids[start:start + batch])), batch=batch).items():
+            totals[model] = totals.get(model, 0) + count
+    return _most_first(totals, _plan(by_pks(Item, [])))
+
+
 def delete_rows(rows: models.QuerySet) -> dict[type[models.Model], int]:
     """Delete `rows` and whatever cascades from them, set-based, as Django's cascade would; returns rows per model.
 
@@ -173,6 +190,8 @@ def by_pks(model: type[models.Model], pks: list[int]) -> models.QuerySet:
     """
     if connection.vendor == "postgresql":
         return model._base_manager.filter(pk__in=RawSQL("SELECT unnest(%s::bigint[])", [list(pks)]))
+    if connection.vendor == "sqlite":  # one JSON text: SQLite takes 32,766 parameters a statement (Debian 250,000)
+        return model._base_manager.filter(pk__in=RawSQL("SELECT value FROM json_each(%s)", [json.dumps(list(pks))]))
     return model._base_manager.filter(pk__in=pks)
 
 

@@ -81,10 +81,12 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
     warning, status = "", 200
     if request.method == "POST":
         through, expected = _whole(params.get("through")), _whole(params.get("expected"))
-        items = matching.filter(pk__lte=through or 0)
-        count = items.count()
+        ids = list(matching.filter(pk__lte=through or 0).values_list("pk", flat=True))
+        count = len(ids)
         if count == expected and not blockers and count:
-            deleted = deletion.delete_items(items)
+            # Each batch is matched again under its lock, among its ids only: a search over the whole project
+            # again for each batch took 0.25 s a batch at 100,000 items.
+            deleted = deletion.delete_items_among(ids, filters.apply)
             logger.info("project %s: %s deleted by %s (filters %s)", project.slug, deletion.counted(deleted),
                         request.user, given)
             messages.success(request, f"Deleted {deletion.counted(deleted)}.")
@@ -98,8 +100,13 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
                 messages.warning(request, warning)
             query = f"?{urlencode(given)}" if given else ""
             return HttpResponseClientRedirect(reverse("items_delete", args=[project.slug]) + query)
-    through = matching.aggregate(newest=Max("pk"))["newest"] or 0
-    items = matching.filter(pk__lte=through)
+    if filters.terms:
+        # A search is the one costly filter (0.25 s at 100,000 items): run it once and count among its matches.
+        ids = list(matching.values_list("pk", flat=True))
+        through, items = max(ids, default=0), deletion.by_pks(Item, ids)
+    else:  # indexed filters: counting through them beats sending every id in each count (1.5 s at 100,000)
+        through = matching.aggregate(newest=Max("pk"))["newest"] or 0
+        items = matching.filter(pk__lte=through)
     rows = deletion.item_summary(items)
     described = [(_NAMES.get(name, itemlist.LABELS.get(name, name)), value) for name, value in given.items()]
     context = {"project": project, "described": described, "list_url": list_url, "given": given, "through": through,

@@ -154,6 +154,26 @@ def test_deleting_some_items_leaves_the_database_as_djangos_cascade_does(doomed,
     assert Item.objects.filter(project=kept).count() == 3
 
 
+def test_a_fixed_set_of_rows_takes_more_keys_than_a_statement_takes_parameters(doomed, kept) -> None:
+    """SQLite takes at most 32,766 parameters a statement (Debian's build 250,000), PostgreSQL 65,535: the keys
+    travel as one."""
+    pks = [*doomed.items.values_list("pk", flat=True), *range(10**9, 10**9 + 260_000)]
+
+    assert deletion.by_pks(Item, pks).count() == 3
+    assert deletion.item_summary(deletion.by_pks(Item, pks))[Item] == 3
+
+
+def test_items_among_ids_go_a_batch_at_a_time_each_narrowed_again(doomed, kept) -> None:
+    pks = list(doomed.items.order_by("pk").values_list("pk", flat=True))
+    kept_pks = set(kept.items.values_list("pk", flat=True))
+
+    deleted = deletion.delete_items_among([*pks, *kept_pks], lambda items: items.filter(project=doomed).exclude(
+        pk=pks[0]), batch=1)
+
+    assert deleted[Item] == 2 and deleted[Prediction] == 2
+    assert set(Item.objects.values_list("pk", flat=True)) == {pks[0], *kept_pks}
+
+
 def test_files_go_after_the_rows_and_another_projects_stay(doomed, kept, django_capture_on_commit_callbacks) -> None:
     before = _directories()
     ours = {storage.relative_name(kind, pk) for kind, model in deletion._artifact_models().items()
