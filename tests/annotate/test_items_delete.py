@@ -150,3 +150,15 @@ def test_only_admins_delete_items_and_only_by_post_with_csrf(client, project, re
     assert strict.post(reverse("items_delete", args=[project.slug]),
                        {"through": items[-1].pk, "expected": 4}).status_code == 403
     assert project.items.count() == 4 and Item.objects.filter(status=ItemStatus.READY).count() == 4
+
+
+def test_filters_that_match_nothing_offer_nothing_to_delete(client, project, project_admin, items) -> None:
+    client.force_login(project_admin)
+
+    page = client.get(_url(project, status="refused")).content.decode()
+    listed = client.get(reverse("item_list", args=[project.slug]), {"status": "refused"}).content.decode()
+
+    assert "No items to delete in Outages" in page and "No item matches these filters now: nothing would go." in page
+    assert 'id="delete-items"' not in page and "delete-matching" not in listed
+    assert _confirm(client, project, items[-1].pk, 0, status="refused").status_code == 409
+    assert project.items.count() == 4
