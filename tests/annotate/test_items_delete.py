@@ -162,3 +162,23 @@ def test_filters_that_match_nothing_offer_nothing_to_delete(client, project, pro
     assert 'id="delete-items"' not in page and "delete-matching" not in listed
     assert _confirm(client, project, items[-1].pk, 0, status="refused").status_code == 409
     assert project.items.count() == 4
+
+
+@pytest.mark.parametrize(("name", "value", "gone"), [
+    ("status", "ready", 4), ("reviewer", "rita", 1), ("confidence_min", "0.25", 2), ("disagreement", "no", 4),
+    ("version", None, 4), ("q", "service 2", 1),
+])
+def test_each_filter_of_the_list_counts_and_deletes_its_matches(client, project, project_admin, items, name, value,
+                                                                 gone) -> None:
+    import re
+
+    filters = {name: value if value is not None else str(project.current_version_id)}
+    client.force_login(project_admin)
+
+    page = client.get(_url(project, **filters)).content.decode()
+    through = int(re.search(r'name="through" value="(\d+)"', page).group(1))
+    expected = int(re.search(r'name="expected" value="(\d+)"', page).group(1))
+    response = _confirm(client, project, through, expected, **filters)
+
+    assert expected == gone and response.status_code == 302
+    assert project.items.count() == 4 - gone
