@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Max
+from django.db.models import Max, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -100,13 +100,7 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
                 messages.warning(request, warning)
             query = f"?{urlencode(given)}" if given else ""
             return HttpResponseClientRedirect(reverse("items_delete", args=[project.slug]) + query)
-    if filters.terms:
-        # A search is the one costly filter (0.25 s at 100,000 items): run it once and count among its matches.
-        ids = list(matching.values_list("pk", flat=True))
-        through, items = max(ids, default=0), deletion.by_pks(Item, ids)
-    else:  # indexed filters: counting through them beats sending every id in each count (1.5 s at 100,000)
-        through = matching.aggregate(newest=Max("pk"))["newest"] or 0
-        items = matching.filter(pk__lte=through)
+    through, items = _as_counted(filters, matching)
     rows = deletion.item_summary(items)
     described = [(_NAMES.get(name, itemlist.LABELS.get(name, name)), value) for name, value in given.items()]
     context = {"project": project, "described": described, "list_url": list_url, "given": given, "through": through,
@@ -114,6 +108,17 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
                "in_progress": deletion.in_progress(project, items),
                "rows": [(deletion.name(model, count), count) for model, count in rows.items() if count]}
     return render(request, "annotate/items_delete.html", context, status=status)
+
+
+def _as_counted(filters: itemlist.ItemFilters, matching: QuerySet) -> tuple[int, QuerySet]:
+    """The newest matching item and the matching items up to it: what the page counts, and the POST deletes."""
+    if filters.terms:
+        # A search is the one costly filter (0.25 s at 100,000 items): run it once and count among its matches.
+        ids = list(matching.values_list("pk", flat=True))
+        return max(ids, default=0), deletion.by_pks(Item, ids)
+    # Indexed filters: counting through them beats sending every id in each count (1.5 s at 100,000 items).
+    through = matching.aggregate(newest=Max("pk"))["newest"] or 0
+    return through, matching.filter(pk__lte=through)
 
 
 _NAMES = {"confidence_min": "Confidence at least", "confidence_max": "Confidence at most", "reviewer": "Answered by"}
