@@ -174,17 +174,37 @@ def predict_items(project_id: int, item_ids: list[int], version_id: int | None =
 
 
 def _predict(version: ModelVersion, items: list[Item]) -> list[dict | str]:
-    """One result per item: its prediction, or the model's reason for refusing its inputs."""
+    """One result per item: its prediction, or why the model refused (or failed on) its inputs.
+
+    The model is loaded first, on its own: a version that cannot be loaded (its files out of reach, say) fails
+    the task, which is sent again, instead of marking every item refused.
+    """
+    tooling.load_version(version)
+    return _predict_each(version, items)
+
+
+def _predict_each(version: ModelVersion, items: list[Item]) -> list[dict | str]:
     try:
         return tooling.predict_batch(version, [item.inputs for item in items])
-    except ValueError as exc:
+    except SoftTimeLimitExceeded:
+        raise
+    except Exception as exc:
         if len(items) == 1:
-            # The batch of one names its item "inputs[0]"; the item page shows the inputs as "inputs".
-            reason = re.sub(r"^inputs\[0\]", "inputs", str(exc))
-            logger.warning("item %s: the model refused its inputs: %s", items[0].pk, reason)
-            return [reason]
+            return [_refusal(items[0], exc)]
     # One bad input fails the whole batch: predict one by one so the others still get their predictions.
-    return [result for item in items for result in _predict(version, [item])]
+    return [result for item in items for result in _predict_each(version, [item])]
+
+
+def _refusal(item: Item, exc: Exception) -> str:
+    """The reason an item's inputs got no prediction: the tool's own check (a `ValueError` naming the field), or
+    an error of the model on them, which would otherwise fail its task each time the sweep sent it again."""
+    if isinstance(exc, ValueError):
+        # The batch of one names its item "inputs[0]"; the item page shows the inputs as "inputs".
+        reason = re.sub(r"^inputs\[0\]", "inputs", str(exc))
+        logger.warning("item %s: the model refused its inputs: %s", item.pk, reason)
+        return reason
+    logger.exception("item %s: the model failed on its inputs", item.pk)
+    return f"the model failed on these inputs ({type(exc).__name__}: {exc})"
 
 
 @shared_task(time_limit=Export.TIME_LIMIT.total_seconds(), soft_time_limit=Export.TIME_LIMIT.total_seconds() - 100,

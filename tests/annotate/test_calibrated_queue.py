@@ -73,6 +73,7 @@ def test_queue_orders_by_calibrated_confidence_when_there_is_one(verification, r
                  "calibrated_confidence": confidences[x["premise"]][1], "trace": {}} for x in inputs_list]
 
     monkeypatch.setattr(tooling, "predict_batch", predict_batch)
+    monkeypatch.setattr(tooling, "load_version", lambda version: None)  # this version has no files to load
     items = {name: Item.objects.create(project=verification, inputs={"premise": name, "hypothesis": "h"})
              for name in "abc"}
     tasks.predict_items(verification.pk, [i.pk for i in items.values()])

@@ -379,3 +379,49 @@ def test_the_api_fixes_a_refused_items_inputs_for_admins_only(client, project, r
     assert again.status_code == 409
     assert again.json()["error"] == (f"item {refused.pk} is waiting for a prediction, not refused: only a refused "
                                      "item's inputs can change")
+
+
+def test_an_item_the_model_fails_on_is_refused_with_the_error_and_the_others_are_predicted(project,
+                                                                                          monkeypatch) -> None:
+    """Left waiting, it would fail its task each time the sweep sent it again, and nobody would learn why."""
+    from annotate import tooling
+
+    real = tooling.predict_batch
+
+    def crash_on_a_marked_input(version, inputs_list):
+        if any(inputs["question"] == "crash" for inputs in inputs_list):
+            raise TypeError("unsupported operand")
+        return real(version, inputs_list)
+
+    monkeypatch.setattr(tooling, "predict_batch", crash_on_a_marked_input)
+    items = [Item.objects.create(project=project, inputs={**decision_input(n), **({"question": "crash"} if n == 1
+                                                                                 else {})}) for n in range(3)]
+
+    assert tasks.predict_items(project.pk, [item.pk for item in items]) == 2
+
+    statuses = {item.pk: (item.status, item.refusal) for item in Item.objects.all()}
+    assert statuses[items[1].pk] == (ItemStatus.REFUSED, f"version {project.current_version_id} (untrained): the "
+                                     "model failed on these inputs (TypeError: unsupported operand)")
+    assert statuses[items[0].pk][0] == statuses[items[2].pk][0] == ItemStatus.READY
+
+
+@pytest.mark.parametrize("where", ["load_version", "predict_batch"])
+def test_a_model_out_of_reach_or_out_of_time_fails_the_task_and_the_items_wait(project, monkeypatch, where) -> None:
+    """Not a refusal: the task is sent again (a lost file share comes back; a time limit is the worker's)."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from annotate import tooling
+
+    error = OSError("artifact share unreachable") if where == "load_version" else SoftTimeLimitExceeded()
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(tooling, where, fail)
+    item = Item.objects.create(project=project, inputs=decision_input())
+
+    with pytest.raises(type(error)):
+        tasks.predict_items(project.pk, [item.pk])
+
+    item.refresh_from_db()
+    assert (item.status, item.refusal) == (ItemStatus.PENDING, "")
