@@ -425,3 +425,13 @@ def test_a_model_out_of_reach_or_out_of_time_fails_the_task_and_the_items_wait(p
 
     item.refresh_from_db()
     assert (item.status, item.refusal) == (ItemStatus.PENDING, "")
+
+
+def test_inputs_too_large_to_post_change_nothing(client, project, project_admin, refused, settings) -> None:
+    client.force_login(project_admin)
+    huge = json.dumps({**NO_HYPOTHESES, "question": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)})
+
+    response = _fix(client, project, refused, huge)
+
+    assert response.status_code == 400
+    assert Item.objects.get(pk=refused.pk).status == ItemStatus.REFUSED
