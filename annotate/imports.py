@@ -221,8 +221,9 @@ def fix_refused(project: Project, item_id: int, inputs: Any) -> None:
     """Give a refused item of `project` new `inputs` (parsed JSON), checked as an import checks each line.
 
     The item then waits for a prediction again (queued when this commits) and counts as imported now, so the
-    project page does not take it for a prediction lost long ago. `ValueError` naming what is wrong (bad
-    inputs), or `NotRefused`; either way nothing changes.
+    project page does not take it for a prediction lost long ago, and a prediction of the old inputs still
+    in flight (a version promoted just before) is not stored (`tasks.predict_items`). `ValueError` naming
+    what is wrong (bad inputs), or `NotRefused`; either way nothing changes.
     """
     checked = validate_record(project, {"inputs": inputs})
     with transaction.atomic():

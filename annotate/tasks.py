@@ -151,8 +151,16 @@ def predict_items(project_id: int, item_ids: list[int], version_id: int | None =
     if not items:
         return 0
     results = _predict(version, items)
+    made = 0
     with transaction.atomic():
+        # Locked and read again: an item deleted meanwhile, or one whose inputs an admin fixed (which moves its
+        # created_at, `imports.fix_refused`), gets nothing from this run, made from what it was; the task the
+        # fix queued predicts the new inputs.
+        now = dict(Item.objects.select_for_update().filter(pk__in=[item.pk for item in items]).order_by("pk")
+                   .values_list("pk", "created_at"))
         for item, result in zip(items, results, strict=True):
+            if now.get(item.pk) != item.created_at:
+                continue
             if isinstance(result, str):
                 # Only an item that no version predicted (its reason from the latest version to refuse it): one
                 # refused by a newer version keeps its prediction.
@@ -170,7 +178,8 @@ def predict_items(project_id: int, item_ids: list[int], version_id: int | None =
             Item.objects.filter(pk=item.pk).update(**fields)
             Item.objects.filter(pk=item.pk, status__in=[ItemStatus.PENDING, ItemStatus.REFUSED]).update(
                 status=ItemStatus.READY, refusal="")
-    return sum(not isinstance(result, str) for result in results)
+            made += 1
+    return made
 
 
 def _predict(version: ModelVersion, items: list[Item]) -> list[dict | str]:

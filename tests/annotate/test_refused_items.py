@@ -435,3 +435,30 @@ def test_inputs_too_large_to_post_change_nothing(client, project, project_admin,
 
     assert response.status_code == 400
     assert Item.objects.get(pk=refused.pk).status == ItemStatus.REFUSED
+
+
+def test_a_prediction_of_the_old_inputs_in_flight_is_not_stored_over_a_fix(project, refused, monkeypatch) -> None:
+    """A version promoted just before the fix tries the old inputs; the fix's own task predicts the new ones."""
+    from annotate import tooling
+
+    sent = []
+    monkeypatch.setattr(tasks.predict_items, "delay_on_commit", lambda *args: sent.append(args))
+    wider = ModelVersion.objects.allocate(project, label="wider", trained=False)
+    fixed = {**NO_HYPOTHESES, "hypotheses": decision_input()["hypotheses"]}
+    real = tooling.predict_batch
+
+    def fixed_meanwhile(version, inputs_list):
+        results = [real(version, [{**inputs, "hypotheses": fixed["hypotheses"]}])[0] for inputs in inputs_list]
+        imports.fix_refused(project, refused.pk, fixed)  # the admin saves while the model runs
+        return results
+
+    monkeypatch.setattr(tooling, "predict_batch", fixed_meanwhile)
+    assert tasks.predict_items(project.pk, [refused.pk], wider.pk) == 0
+
+    refused.refresh_from_db()
+    assert (refused.status, refused.prediction, refused.inputs["hypotheses"]) == (
+        ItemStatus.PENDING, None, fixed["hypotheses"])
+    assert not Prediction.objects.exists() and sent == [(project.pk, [refused.pk], None)]
+    monkeypatch.setattr(tooling, "predict_batch", real)
+    assert tasks.predict_items(*sent[0]) == 1
+    assert Item.objects.get(pk=refused.pk).status == ItemStatus.READY
