@@ -17,6 +17,7 @@ import graphlib
 import json
 import logging
 import shutil
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
@@ -144,14 +145,13 @@ def delete_items(items: models.QuerySet, batch: int = 5000) -> dict[type[models.
     ready, a reviewer finished it) stays, and a submit in flight holds its item until it commits: its answer
     then goes with the item, and a later one finds the item gone.
     """
-    totals: dict[type[models.Model], int] = {Item: 0}
+    totals = Counter({Item: 0})
     while True:
         with transaction.atomic():
             ids = list(items.select_for_update(of=("self",)).order_by("id").values_list("id", flat=True)[:batch])
             if not ids:
-                return _most_first(totals, _plan(items))
-            for model, count in delete_rows(by_pks(Item, ids)).items():
-                totals[model] = totals.get(model, 0) + count
+                return _most_first(dict(totals), _plan(items))
+            totals.update(delete_rows(by_pks(Item, ids)))
 
 
 def delete_items_among(ids: list[int], narrow: Callable[[models.QuerySet], models.QuerySet],
@@ -162,11 +162,10 @@ def delete_items_among(ids: list[int], narrow: Callable[[models.QuerySet], model
     Each statement carries only its batch's ids: the whole list in each took 12.5 s for 90,000 items against
     7.0 s, with their 90,000 predictions and 36,000 answers (measured 2026-12-03).
     """
-    totals: dict[type[models.Model], int] = {Item: 0}
+    totals = Counter({Item: 0})
     for start in range(0, len(ids), batch):
-        for model, count in delete_items(narrow(by_pks(Item, ids[start:start + batch])), batch=batch).items():
-            totals[model] = totals.get(model, 0) + count
-    return _most_first(totals, _plan(by_pks(Item, [])))
+        totals.update(delete_items(narrow(by_pks(Item, ids[start:start + batch])), batch=batch))
+    return _most_first(dict(totals), _plan(Item._base_manager.none()))
 
 
 def delete_rows(rows: models.QuerySet) -> dict[type[models.Model], int]:

@@ -71,7 +71,8 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
     project = access.admin_project(request, slug)
     params = request.POST if request.method == "POST" else request.GET
     given = {name: params[name] for name in itemlist.FILTER_PARAMS if params.get(name)}
-    list_url = reverse("item_list", args=[project.slug]) + (f"?{urlencode(given)}" if given else "")
+    query = f"?{urlencode(given)}" if given else ""
+    list_url = reverse("item_list", args=[project.slug]) + query
     try:
         filters = itemlist.ItemFilters.parse(project, given, user=request.user)
     except itemlist.InvalidFilters:
@@ -98,7 +99,6 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
         if request.htmx:  # the page again, counted afresh, with the reason on top
             if warning:
                 messages.warning(request, warning)
-            query = f"?{urlencode(given)}" if given else ""
             return HttpResponseClientRedirect(reverse("items_delete", args=[project.slug]) + query)
     through, items = _as_counted(filters, matching)
     rows = deletion.item_summary(items)

@@ -211,6 +211,7 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
     """`read`: the viewer's answer and latest answered item, when they came with the item (the item page).
     `fix_text`: what an admin typed as a refused item's inputs, shown again with the error."""
     user = request.user
+    is_admin = project.is_admin(user)
     now = timezone.now()
     answer, previous_pk = queue.answer_and_previous(project, user, item, read=read)
     if hasattr(item, "viewer_claim_expires"):  # read with the item (item page, claim-next)
@@ -231,8 +232,7 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
             read_only_reason = "This item waits for the model's prediction."
         elif item.status == ItemStatus.REFUSED:
             read_only_reason = (f"The model refused this item's inputs ({item.refusal}). The next model version "
-                                "promoted tries them again" + (", or fix them below." if project.is_admin(user)
-                                                                else "."))
+                                "promoted tries them again" + (", or fix them below." if is_admin else "."))
         else:
             read_only_reason = "This item is not assigned to you: review the next item to label."
     if answer is not None and answer.kind == "draft" and claim_expires is None and not error:
@@ -261,17 +261,19 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         "error": error,
         "notice": notice,
         "oob": bool(request.htmx),
-    }
-    if project.is_admin(user):
         # Admins see everyone's work on the item (reviewers see only their own), and fix a refused item's inputs.
-        context["all_answers"] = _all_answers(item)
-        if item.status == ItemStatus.REFUSED:
-            context["fix_text"] = fix_text if fix_text is not None else json.dumps(item.inputs, indent=2,
-                                                                                   ensure_ascii=False)
-    else:
-        context["all_answers"] = None
+        "all_answers": _all_answers(item) if is_admin else None,
+        "fix_text": _fix_text(item, fix_text) if is_admin else None,
+    }
     template = "annotate/_item.html" if request.htmx else "annotate/item.html"
     return render(request, template, context, status=status)
+
+
+def _fix_text(item: Item, typed: str | None) -> str | None:
+    """What a refused item's box of inputs holds: what the admin typed, else its inputs; None for other items."""
+    if item.status != ItemStatus.REFUSED:
+        return None
+    return typed if typed is not None else json.dumps(item.inputs, indent=2, ensure_ascii=False)
 
 
 def _all_answers(item: Item) -> list[dict]:
