@@ -8,6 +8,7 @@ it is limited to); importing and exporting need the project's admin role.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 
 from django.db.models import Count
@@ -16,9 +17,11 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from annotate import deletion, imports, itemlist
 from annotate import export as exports
-from annotate import imports, itemlist
 from annotate.models import Answer, ApiToken, Export, Item, ItemImport, Project, Role
+
+logger = logging.getLogger(__name__)
 
 
 def _error(status: int, message: str, **extra) -> JsonResponse:
@@ -123,19 +126,21 @@ def project_detail(request: HttpRequest, token: ApiToken, slug: str) -> JsonResp
     return JsonResponse(project_json(project))
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "POST", "DELETE"])
 @token_required
 def items(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
     """`POST /api/projects/<slug>/items` with `{"items": [{"inputs": ...}, ...]}`: import them, all or nothing.
 
     201 with the new item ids; 400 with `errors` (each naming `items[i]`) and nothing imported.
-    `GET` lists the items instead (see `list_items`).
+    `GET` lists the items instead (see `list_items`), `DELETE` deletes those the filters match (`delete_items`).
     """
     project = _reachable(token, slug)
     if project is None:
         return _not_reachable(slug)
     if request.method == "GET":
         return list_items(request, token, project)
+    if request.method == "DELETE":
+        return delete_items(request, token, project)
     if project.role_of(token.user) != Role.ADMIN:
         return _error(403, f"importing into {slug!r} needs the project's admin role")
     limit = imports.max_api_items_bytes()
@@ -240,6 +245,58 @@ def list_items(request: HttpRequest, token: ApiToken, project: Project) -> JsonR
         "matching": result.matching,
         "capped": result.capped,
     })
+
+
+def delete_items(request: HttpRequest, token: ApiToken, project: Project) -> JsonResponse:
+    """`DELETE /api/projects/<slug>/items?<filters>&expected=<count>[&through=<id>]`: delete the items that the
+    item list's filters match, with their predictions, claims, answers and adjudications (admins).
+
+    A deletion says how many items it means: without `expected`, 428 with what would go (`expected`, `through`,
+    `rows`) and nothing deleted; send the request again with them. 412 when the filters now match another number
+    of items up to `through` (nothing deleted); 409 while a training job or an export blocks it (`deleted` counts
+    what went before one started midway); 200 with `deleted`, rows per kind. A parameter that is not a filter is
+    refused (400), so a misspelt filter never widens a deletion to every item.
+    """
+    if project.role_of(token.user) != Role.ADMIN:
+        return _error(403, f"deleting items of {project.slug!r} needs the project's admin role")
+    unknown = sorted(set(request.GET) - {*itemlist.FILTER_PARAMS, "expected", "through"})
+    if unknown:
+        return _error(400, "nothing was deleted", errors={name: (
+            f"not a filter of a deletion; use {', '.join(itemlist.FILTER_PARAMS)}, expected and through")
+            for name in unknown})
+    try:
+        filters = itemlist.ItemFilters.parse(
+            project, {name: request.GET[name] for name in itemlist.FILTER_PARAMS if name in request.GET},
+            user=token.user)
+    except itemlist.InvalidFilters as exc:
+        return _error(400, "nothing was deleted: invalid filters", errors=exc.errors)
+    counted = {name: request.GET.get(name, "") for name in ("expected", "through")}
+    bad = {name: f"expected a whole number, not {value!r}" for name, value in counted.items()
+           if value and not (value.isdigit() and len(value) < 19)}
+    if bad:
+        return _error(400, "nothing was deleted", errors=bad)
+    if not counted["expected"]:
+        through, matching = deletion.matching(project, filters)
+        rows = deletion.item_summary(matching)
+        return _error(428, "nothing was deleted: say how many items you mean to delete; send the request again "
+                      f"with expected={rows[Item]}&through={through}", expected=rows[Item], through=through,
+                      rows=_rows_json(rows))
+    try:
+        deleted = deletion.delete_matching(project, filters.apply, expected=int(counted["expected"]),
+                                           through=int(counted["through"] or 2**62))
+    except deletion.CountChanged as exc:
+        return _error(412, f"nothing was deleted: {exc}", matching=exc.found)
+    except deletion.ProjectBusy as exc:
+        return _error(409, str(exc), blockers=exc.reasons, deleted=_rows_json(exc.deleted))
+    logger.info("project %s: %s deleted by token %s of %s (filters %s)", project.slug, deletion.counted(deleted),
+                token.pk, token.user, filters.values())
+    return JsonResponse({"deleted": _rows_json(deleted)})
+
+
+def _rows_json(rows: dict) -> dict[str, int]:
+    """Rows per model as JSON: {"items": 3, "answer_revisions": 2}; models with none left out, items always in."""
+    return {deletion.name(model).replace(" ", "_"): count for model, count in rows.items()
+            if count or model is Item}
 
 
 @require_http_methods(["GET", "PATCH"])

@@ -163,15 +163,58 @@ def test_a_fixed_set_of_rows_takes_more_keys_than_a_statement_takes_parameters(d
     assert deletion.item_summary(deletion.by_pks(Item, pks))[Item] == 3
 
 
-def test_items_among_ids_go_a_batch_at_a_time_each_narrowed_again(doomed, kept) -> None:
+def test_matching_items_go_a_batch_at_a_time_each_narrowed_again(doomed, kept) -> None:
+    """Counted as the caller counted, then each batch narrowed again under its lock: an item that stopped matching
+    after the count (here the last, once the first batch is done) stays."""
     pks = list(doomed.items.order_by("pk").values_list("pk", flat=True))
-    kept_pks = set(kept.items.values_list("pk", flat=True))
+    calls = []
 
-    deleted = deletion.delete_items_among([*pks, *kept_pks], lambda items: items.filter(project=doomed).exclude(
-        pk=pks[0]), batch=1)
+    def narrow(items):
+        calls.append(1)
+        return items.exclude(pk__in=pks[:1] if len(calls) < 3 else [pks[0], pks[2]])
 
-    assert deleted[Item] == 2 and deleted[Prediction] == 2
-    assert set(Item.objects.values_list("pk", flat=True)) == {pks[0], *kept_pks}
+    deleted = deletion.delete_matching(doomed, narrow, through=pks[-1], expected=2, batch=1)
+
+    assert deleted[Item] == 1 and deleted[Prediction] == 1
+    assert set(doomed.items.values_list("pk", flat=True)) == {pks[0], pks[2]} and kept.items.count() == 3
+
+
+def test_items_imported_after_the_count_stay(doomed) -> None:
+    pks = list(doomed.items.order_by("pk").values_list("pk", flat=True))
+
+    deleted = deletion.delete_matching(doomed, lambda items: items, through=pks[1], expected=2)
+
+    assert deleted[Item] == 2 and list(doomed.items.values_list("pk", flat=True)) == pks[2:]
+
+
+def test_matching_items_that_are_not_as_many_as_counted_stay(doomed) -> None:
+    pks = list(doomed.items.order_by("pk").values_list("pk", flat=True))
+    before = _rows()
+
+    with pytest.raises(deletion.CountChanged, match="match 3 of the items counted before, not 2") as raised:
+        deletion.delete_matching(doomed, lambda items: items, through=pks[-1], expected=2)
+
+    assert (raised.value.found, raised.value.expected) == (3, 2) and _rows() == before
+
+
+def test_a_job_launched_midway_stops_the_deletion_at_its_next_batch(doomed, reviewer) -> None:
+    """A training job freezes the ids of the answers it trains on: once one waits, no further batch goes, and what
+    went before is counted."""
+    pks = list(doomed.items.order_by("pk").values_list("pk", flat=True))
+    calls = []
+
+    def narrow(items):
+        calls.append(1)
+        if len(calls) == 3:  # the second batch
+            TrainingJob.objects.create(project=doomed, state=JobState.PENDING)
+        return items
+
+    with pytest.raises(deletion.ProjectBusy, match=r"Items of Doomed cannot be deleted yet: training job \d+ is "
+                                                   "waiting") as raised:
+        deletion.delete_matching(doomed, narrow, through=pks[-1], expected=3, batch=1)
+
+    assert raised.value.deleted[Item] == 1 and raised.value.deleted[Prediction] == 1
+    assert list(doomed.items.order_by("pk").values_list("pk", flat=True)) == pks[1:]
 
 
 def test_files_go_after_the_rows_and_another_projects_stay(doomed, kept, django_capture_on_commit_callbacks) -> None:

@@ -10,6 +10,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from annotate import deletion
 from annotate.models import Answer, AnswerRevision, Claim, Item, ItemStatus, Prediction
 from tests.annotate.conftest import decision_input
 from trainingjobs.models import JobState, TrainingJob
@@ -113,7 +114,8 @@ def test_a_post_without_the_pages_counts_deletes_nothing(client, project, projec
 
     response = client.post(reverse("items_delete", args=[project.slug]), fields)
 
-    assert response.status_code == 409 and project.items.count() == 4
+    assert response.status_code == 400 and project.items.count() == 4
+    assert "Nothing was deleted: the request did not say which items it counted." in response.content.decode()
 
 
 def test_a_waiting_training_job_blocks_it(client, project, project_admin, items) -> None:
@@ -126,6 +128,30 @@ def test_a_waiting_training_job_blocks_it(client, project, project_admin, items)
     assert "Items cannot be deleted while work still reads the project's answers" in page
     assert 'id="delete-items"' not in page
     assert response.status_code == 409 and project.items.count() == 4
+
+
+def test_a_job_launched_midway_stops_it_and_the_page_says_what_went(client, project, project_admin, items,
+                                                                    monkeypatch) -> None:
+    real, calls = deletion.delete_matching, []
+
+    def launching(items):  # an admin launches a training job as the second batch starts
+        calls.append(1)
+        if len(calls) == 3:
+            TrainingJob.objects.create(project=project, state=JobState.PENDING)
+        return items
+
+    monkeypatch.setattr(deletion, "delete_matching", lambda project, narrow, **counted: real(
+        project, lambda items: launching(narrow(items)), batch=2, **counted))
+    client.force_login(project_admin)
+
+    response = _confirm(client, project, items[-1].pk, 4)
+
+    page = response.content.decode()
+    assert response.status_code == 409 and project.items.count() == 2
+    assert "Deleted 2 items, 2 predictions, 1 claim, 1 answer, 1 answer revision before the deletion stopped: " \
+           "training job" in page
+    assert "Items cannot be deleted while work still reads the project's answers" in page
+    assert 'id="delete-items"' not in page and '<tr><td>Items</td><td class="num">2</td></tr>' in page
 
 
 def test_bad_filters_go_back_to_the_list_that_names_them(client, project, project_admin, items) -> None:
@@ -160,8 +186,9 @@ def test_filters_that_match_nothing_offer_nothing_to_delete(client, project, pro
 
     assert "No items to delete in Outages" in page and "No item matches these filters now: nothing would go." in page
     assert 'id="delete-items"' not in page and "delete-matching" not in listed
-    assert _confirm(client, project, items[-1].pk, 0, status="refused").status_code == 409
-    assert project.items.count() == 4
+    confirmed = _confirm(client, project, items[-1].pk, 0, status="refused")
+    assert confirmed.status_code == 302 and project.items.count() == 4
+    assert "No item matched these filters: nothing was deleted." in client.get(confirmed.url).content.decode()
 
 
 @pytest.mark.parametrize(("name", "value", "gone"), [
