@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.contrib import admin, messages
+from django.db.models import QuerySet
 
 from annotate import deletion, imports
 from annotate.models import (
@@ -110,6 +111,44 @@ class ItemAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         """An item stays in its project: its answers, claims, predictions and sources all name that project."""
         return ["project"] if obj is not None else []
+
+    def get_deleted_objects(self, objs, request):
+        """A count per kind of row, as the site's delete page shows, instead of a line per row: Django's collector
+        loaded every answer and prediction of the selected items to list them. Unfinished work in their projects
+        shows as what protects them."""
+        items = _selected(objs)
+        rows = {model: count for model, count in deletion.item_summary(items).items() if count}
+        perms_needed = {str(model._meta.verbose_name) for model in rows
+                        if not request.user.has_perm(f"{model._meta.app_label}.delete_{model._meta.model_name}")}
+        protected = [f"{project}: {reason}" for project in _projects_of(items)
+                     for reason in deletion.blockers(project)]
+        return [deletion.counted(rows)], {deletion.name(model): count for model, count in rows.items()}, \
+            perms_needed, protected
+
+    def delete_model(self, request, obj) -> None:
+        self.delete_queryset(request, Item.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset) -> None:
+        """Each project's selected items through `deletion.delete_matching`, set-based in locked batches, as the
+        site's delete page deletes them; a project whose work blocks it is a message, and the others' items go."""
+        for project in _projects_of(queryset):
+            ids = list(queryset.filter(project=project).values_list("pk", flat=True))
+            try:
+                deletion.delete_matching(project, lambda items, ids=ids: items.filter(
+                    pk__in=deletion.by_pks(Item, ids).values("pk")), through=max(ids), expected=len(ids))
+            except (deletion.ProjectBusy, deletion.CountChanged) as exc:
+                self.message_user(request, f"{project}: nothing more was deleted: {exc}", messages.ERROR)
+
+
+def _selected(objs) -> QuerySet:
+    """The admin's selection as a queryset of items (the delete view passes a list of one)."""
+    if isinstance(objs, QuerySet):
+        return objs.order_by()
+    return Item.objects.filter(pk__in=[obj.pk for obj in objs])
+
+
+def _projects_of(items: QuerySet) -> QuerySet:
+    return Project.objects.filter(pk__in=items.order_by().values("project")).order_by("pk")
 
 
 @admin.register(Claim)

@@ -555,3 +555,30 @@ def test_claim_next_in_a_project_deleted_meanwhile_gets_404(client, doomed, revi
     response = client.post(reverse("review_next", args=[doomed.slug]), HTTP_HX_REQUEST="true")
     assert response.status_code == 404
     assert "This project was deleted while you were reviewing it." in response.content.decode()
+
+
+def test_the_django_admin_deletes_selected_items_through_the_service(client, doomed, kept, django_user_model) -> None:
+    """Counts instead of a line per row, then each project's selected items set-based; a project whose training job
+    waits keeps its items, with a message, and the other's go."""
+    staff = django_user_model.objects.create_superuser("root", password="a-long-password")
+    client.force_login(staff)
+    first = doomed.items.order_by("pk").first()
+    others = list(kept.items.values_list("pk", flat=True))
+    url = reverse("admin:annotate_item_changelist")
+    chosen = {"action": "delete_selected", "_selected_action": [first.pk, *others]}
+
+    page = client.post(url, chosen).content.decode()
+    assert ("4 items, 4 predictions, 4 answers, 4 answer revisions, 2 claims, 2 adjudications, "
+            "2 adjudication revisions") in page
+    assert "decision_input" not in page and "Answer object" not in page  # no line per row
+
+    job = TrainingJob.objects.create(project=kept, state=JobState.PENDING)
+    assert f"Kept: training job {job.pk} is waiting" in client.post(url, chosen).content.decode()
+    page = client.post(reverse("admin:annotate_item_delete", args=[first.pk]), {"post": "yes"}, follow=True)
+    assert "was deleted successfully" in page.content.decode()
+    assert not Item.objects.filter(pk=first.pk).exists() and doomed.items.count() == 2
+    assert set(kept.items.values_list("pk", flat=True)) == set(others)
+
+    job.delete()
+    client.post(url, {**chosen, "_selected_action": others, "post": "yes"})
+    assert not kept.items.exists() and doomed.items.count() == 2
