@@ -15,6 +15,7 @@ from annotate.models import (
     AnswerRevision,
     ApiToken,
     Claim,
+    DemoSeed,
     ExperienceUpload,
     Export,
     Item,
@@ -268,3 +269,10 @@ class AdjudicationAdmin(admin.ModelAdmin):
     readonly_fields = ["item", "kind", "target", "chosen_answer", "adjudicator", "source", "created_at", "updated_at"]
     inlines = [AdjudicationRevisionInline]
     show_full_result_count = False
+
+
+@admin.register(DemoSeed)
+class DemoSeedAdmin(admin.ModelAdmin):
+    """Demo projects `manage.py demo` created; deleting a row here lets it create that project again."""
+
+    list_display = ["slug", "created_at"]

@@ -9,7 +9,8 @@ bob, have already answered it through the review queue (`annotate.queue`: claim,
 does), agreeing on most items and not on a few, so its agreement, disagreements and adjudication pages have
 something to show; a few items still wait for a second reviewer.
 
-Seeding is idempotent: a project that exists is left as it is.
+Seeding is idempotent: a project that exists is left as it is, and one an admin deleted stays deleted
+(`DemoSeed` remembers what was created) unless asked to recreate it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from annotate import agreement, demo_data, imports, queue, tasks, tooling
-from annotate.models import Membership, ModelVersion, Project, Role
+from annotate.models import DemoSeed, Membership, ModelVersion, Project, Role
 
 ADMIN = ("admin", "admin")
 REVIEWER = ("reviewer", "reviewer")
@@ -52,22 +53,36 @@ GUIDELINES = {
 }
 
 
-def seed(log: Callable[[str], None] = print) -> list[Project]:
-    """Ensure the demo users and projects exist; returns the projects created now."""
+def seed(log: Callable[[str], None] = print, *, recreate: bool = False) -> list[Project]:
+    """Ensure the demo users and projects exist; returns the projects created now.
+
+    A demo project created once and deleted since stays deleted (an admin tidied up), unless `recreate`.
+    """
     admin = _ensure_user(*ADMIN, staff=True)
     reviewer = _ensure_user(*REVIEWER, staff=False)
     team = [_ensure_user(*user, staff=False) for user in TEAM]
-    created = []
+    seeded = set(DemoSeed.objects.values_list("slug", flat=True))
+    existing = set(Project.objects.filter(slug__startswith="demo-").values_list("slug", flat=True))
+    created, deleted = [], []
+
+    def wanted(slug: str) -> bool:
+        if slug in seeded and slug not in existing and not recreate:
+            deleted.append(slug)
+        return slug not in existing and (recreate or slug not in seeded)
+
     for tool, mode in demo_data.pairs():
         slug = f"demo-{tool}-{mode}"
-        if Project.objects.filter(slug=slug).exists():
-            continue
-        log(f"Creating {slug}: training a small {tool} model ({mode}) on {TRAIN_EXAMPLES} authored examples")
-        created.append(_create_project(slug, tool, mode, admin, reviewer))
-    if not Project.objects.filter(slug=AGREEMENT_SLUG).exists():
+        if wanted(slug):
+            log(f"Creating {slug}: training a small {tool} model ({mode}) on {TRAIN_EXAMPLES} authored examples")
+            created.append(_create_project(slug, tool, mode, admin, reviewer))
+    if wanted(AGREEMENT_SLUG):
         names = " and ".join(username for username, _ in TEAM)
         log(f"Creating {AGREEMENT_SLUG}: overlap 2, {AGREEMENT_ITEMS} items answered by {names} through the queue")
         created.append(_create_agreement_project(admin, reviewer, team))
+    if deleted:
+        log(f"Not creating {', '.join(deleted)} again: deleted since the demo created "
+            f"{'it' if len(deleted) == 1 else 'them'} (python manage.py demo --recreate brings "
+            f"{'it' if len(deleted) == 1 else 'them'} back).")
     return created
 
 
@@ -154,6 +169,7 @@ def _new_project(slug: str, name: str, tool: str, mode: str, guidelines: str, ad
     model.save_pretrained(version.path)
     project.current_version = version
     project.save(update_fields=["current_version"])
+    DemoSeed.objects.get_or_create(slug=slug)
     return project
 
 

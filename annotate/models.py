@@ -784,3 +784,14 @@ class ExperienceUpload(Upload):
     @property
     def path(self) -> Path:
         return self.directory / self.FILE_NAME
+
+
+class DemoSeed(models.Model):
+    """A demo project that `manage.py demo` has created: an admin who deletes it does not see it come back at the
+    next start (`manage.py demo --recreate` brings it back)."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.slug

@@ -175,3 +175,21 @@ def test_stopping_the_demo_worker_also_stops_what_it_left_running(wait_until) ->
         return False
 
     wait_until(gone, timeout=30, what="the worker's child to be gone")
+
+
+def test_a_demo_project_an_admin_deleted_stays_deleted_unless_recreated(quick_demo, monkeypatch) -> None:
+    monkeypatch.setattr(demo_data, "pairs", lambda: [("decision", "rank")])
+    call_command("demo", "--no-serve")
+    Project.objects.get(slug="demo-decision-rank").delete()
+    said = []
+
+    demo.seed(log=said.append)
+
+    assert not Project.objects.filter(slug="demo-decision-rank").exists()
+    assert Project.objects.filter(slug=demo.AGREEMENT_SLUG).exists()
+    assert said == ["Not creating demo-decision-rank again: deleted since the demo created it (python manage.py "
+                    "demo --recreate brings it back)."]
+
+    call_command("demo", "--no-serve", "--recreate")
+
+    assert Project.objects.get(slug="demo-decision-rank").items.count() == 3

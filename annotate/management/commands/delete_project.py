@@ -38,5 +38,6 @@ class Command(BaseCommand):
             deleted = deletion.delete_project(target)
         except deletion.ProjectBusy as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(f"Deleted {target.name} with {deleted} ({deleted.directories} artifact directories) "
+        self.stdout.write(f"Deleted {target.name} with {deleted} ({deleted.directories} artifact "
+                          f"director{'y' if deleted.directories == 1 else 'ies'}) "
                           f"in {time.perf_counter() - begin:.1f} s.")

@@ -54,15 +54,20 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-serve", action="store_true", help="Only migrate and create the demo data, then exit."
         )
+        parser.add_argument(
+            "--recreate", action="store_true",
+            help="Also create again the demo projects deleted since the demo created them (otherwise they stay "
+                 "deleted).",
+        )
 
-    def handle(self, *args, addrport: str, no_serve: bool = False, **options) -> None:
+    def handle(self, *args, addrport: str, no_serve: bool = False, recreate: bool = False, **options) -> None:
         if not settings.DEBUG:
             raise CommandError("demo creates users with known passwords; it runs only with DEBUG on.")
         host, port = _split_addrport(addrport)
         if not no_serve:
             _ensure_port_free(host, port)
         call_command("migrate", interactive=False, verbosity=0)
-        demo.seed(log=self._say)
+        demo.seed(log=self._say, recreate=recreate)
         if no_serve:
             return
         self._say(
