@@ -156,14 +156,14 @@ def test_an_admin_deletes_the_items_a_search_matches(page, artifacts, team, monk
 
     printer = {item.pk for item in Item.objects.all() if "printer" in item.inputs["question"]}
     deleting, go_on = threading.Event(), threading.Event()
-    delete_items = deletion.delete_items
+    delete_rows = deletion.delete_rows
 
     def delete_when_told(*args, **kwargs):  # the live server's thread: holds the request while we look
         deleting.set()
         go_on.wait(timeout=60)
-        return delete_items(*args, **kwargs)
+        return delete_rows(*args, **kwargs)
 
-    monkeypatch.setattr(deletion, "delete_items", delete_when_told)
+    monkeypatch.setattr(deletion, "delete_rows", delete_when_told)
     sign_in(page, "ada")
     page.goto(f"{page.base_url}/projects/outages/items/?q=printer")
     assert page.locator("#items-count").inner_text().startswith(f"{len(printer)} matching items (filtered).")
