@@ -19,6 +19,7 @@ from annotate.models import (
     ExperienceUpload,
     Export,
     Item,
+    ItemDeletion,
     ItemImport,
     Membership,
     ModelUpload,
@@ -276,3 +277,17 @@ class DemoSeedAdmin(admin.ModelAdmin):
     """Demo projects `manage.py demo` created; deleting a row here lets it create that project again."""
 
     list_display = ["slug", "created_at"]
+
+
+@admin.register(ItemDeletion)
+class ItemDeletionAdmin(admin.ModelAdmin):
+    """Deletions of items queued from the delete page or the API; a worker does them (`tasks.delete_matching_items`)."""
+
+    list_display = ["id", "project", "state", "total", "deleted_items", "requested_by", "created_at", "finished_at"]
+    list_filter = ["state"]
+    raw_id_fields = ["project", "requested_by"]
+    readonly_fields = ["item_ids", "deleted", "heartbeat_at", "finished_at"]
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:
+        return False  # made by the delete page and the API, which count the items first

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from annotate import deletion, imports, itemlist
 from annotate import export as exports
-from annotate.models import Answer, ApiToken, Export, Item, ItemImport, Project, Role
+from annotate.models import Answer, ApiToken, Export, Item, ItemDeletion, ItemImport, Project, Role
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +55,9 @@ def _reachable(token: ApiToken, slug: str) -> Project | None:
     return project
 
 
-def _administered(token: ApiToken, model: type[Export | ItemImport], pk: int):
+def _administered(token: ApiToken, model: type[Export | ItemImport | ItemDeletion], pk: int, *, defer=()):
     """The `model` row `pk` when the token reaches its project with the admin role; None otherwise."""
-    row = model.objects.filter(pk=pk).select_related("project").first()
+    row = model.objects.filter(pk=pk).select_related("project").defer(*defer).first()
     if row is None or not token.reaches(row.project) or row.project.role_of(token.user) != Role.ADMIN:
         return None
     return row
@@ -252,10 +252,11 @@ def delete_items(request: HttpRequest, token: ApiToken, project: Project) -> Jso
     item list's filters match, with their predictions, claims, answers and adjudications (admins).
 
     A deletion says how many items it means: without `expected`, 428 with what would go (`expected`, `through`,
-    `rows`) and nothing deleted; send the request again with them. 412 when the filters now match another number
-    of items up to `through` (nothing deleted); 409 while a training job or an export blocks it (`deleted` counts
-    what went before one started midway); 200 with `deleted`, rows per kind. A parameter that is not a filter is
-    refused (400), so a misspelt filter never widens a deletion to every item.
+    `rows`) and nothing deleted; send the request again with them. Then 202: a worker deletes them, and
+    `GET /api/deletions/<id>` (the `Location`) says how it goes; 200 `{"deleted": {"items": 0}}` when no item
+    matches. 412 when the filters now match another number of items up to `through`, 409 while a training job
+    or an export blocks it; nothing is deleted either way. A parameter that is not a filter is refused (400), so
+    a misspelt filter never widens a deletion to every item.
     """
     if project.role_of(token.user) != Role.ADMIN:
         return _error(403, f"deleting items of {project.slug!r} needs the project's admin role")
@@ -264,33 +265,52 @@ def delete_items(request: HttpRequest, token: ApiToken, project: Project) -> Jso
         return _error(400, "nothing was deleted", errors={name: (
             f"not a filter of a deletion; use {', '.join(itemlist.FILTER_PARAMS)}, expected and through")
             for name in unknown})
+    given = {name: request.GET[name] for name in itemlist.FILTER_PARAMS if request.GET.get(name)}
     try:
-        filters = itemlist.ItemFilters.parse(
-            project, {name: request.GET[name] for name in itemlist.FILTER_PARAMS if name in request.GET},
-            user=token.user)
+        filters = itemlist.ItemFilters.parse(project, given, user=token.user)
     except itemlist.InvalidFilters as exc:
         return _error(400, "nothing was deleted: invalid filters", errors=exc.errors)
-    counted = {name: request.GET.get(name, "") for name in ("expected", "through")}
-    bad = {name: f"expected a whole number, not {value!r}" for name, value in counted.items()
+    counts = {name: request.GET.get(name, "") for name in ("expected", "through")}
+    bad = {name: f"expected a whole number, not {value!r}" for name, value in counts.items()
            if value and not (value.isdigit() and len(value) < 19)}
     if bad:
         return _error(400, "nothing was deleted", errors=bad)
-    if not counted["expected"]:
+    if not counts["expected"]:
         through, matching = deletion.matching(project, filters)
         rows = deletion.item_summary(matching)
         return _error(428, "nothing was deleted: say how many items you mean to delete; send the request again "
                       f"with expected={rows[Item]}&through={through}", expected=rows[Item], through=through,
                       rows=_rows_json(rows))
     try:
-        deleted = deletion.delete_matching(project, filters.apply, expected=int(counted["expected"]),
-                                           through=int(counted["through"] or 2**62))
+        row = deletion.queue_matching(project, filters, given, expected=int(counts["expected"]),
+                                      through=int(counts["through"] or 2**62), user=token.user)
     except deletion.CountChanged as exc:
         return _error(412, f"nothing was deleted: {exc}", matching=exc.found)
     except deletion.ProjectBusy as exc:
-        return _error(409, str(exc), blockers=exc.reasons, deleted=_rows_json(exc.deleted))
-    logger.info("project %s: %s deleted by token %s of %s (filters %s)", project.slug, deletion.counted(deleted),
-                token.pk, token.user, filters.values())
-    return JsonResponse({"deleted": _rows_json(deleted)})
+        return _error(409, str(exc), blockers=exc.reasons)
+    if row is None:
+        return JsonResponse({"deleted": {"items": 0}})
+    logger.info("project %s: deletion %s of %s items queued by token %s of %s (filters %s)", project.slug, row.pk,
+                row.total, token.pk, token.user, given)
+    return _accepted(deletion_json(row), reverse("api:deletion", args=[row.pk]))
+
+
+@require_GET
+@token_required
+def deletion_detail(request: HttpRequest, token: ApiToken, deletion_id: int) -> JsonResponse:
+    """`GET /api/deletions/<id>`: a deletion's state (`PENDING`, `RUNNING`, `SUCCEEDED`, `STOPPED`, `FAILED`),
+    its items counted and deleted so far, its rows deleted per kind, and why it stopped or failed."""
+    row = _administered(token, ItemDeletion, deletion_id, defer=["item_ids"])
+    if row is None:
+        return _error(404, f"no deletion {deletion_id} that this token can reach")
+    return JsonResponse(deletion_json(row))
+
+
+def deletion_json(row: ItemDeletion) -> dict:
+    return {"id": row.pk, "project": row.project.slug, "state": row.state, "filters": row.filters,
+            "total": row.total, "deleted_items": row.deleted_items, "deleted": _rows_json(deletion.deleted_rows(row)),
+            "reason": row.reason, "created_at": row.created_at.isoformat(),
+            "finished_at": row.finished_at.isoformat() if row.finished_at else None}
 
 
 def _rows_json(rows: dict) -> dict[str, int]:

@@ -20,4 +20,5 @@ urlpatterns = [
     path("imports/<int:import_id>", api.import_detail, name="import"),
     path("projects/<slug:slug>/exports", api.create_export, name="exports"),
     path("exports/<int:export_id>", api.export_detail, name="export"),
+    path("deletions/<int:deletion_id>", api.deletion_detail, name="deletion"),
 ]

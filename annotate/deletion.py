@@ -8,7 +8,8 @@ walking the foreign keys as Django's collector does, so the same dozen statement
 and the database ends as Django's cascade leaves it (`tests/annotate/test_deletion.py` checks both against
 each other). The files of the project's model versions, exports, jobs and uploads go once the rows have
 committed: a deletion that fails keeps them. `delete_rows` does the same for any set of rows (a project's
-refused items), where the collector would load each row, inputs and all.
+refused items), where the collector would load each row, inputs and all, and `run_deletion` deletes the items an
+admin confirmed on the delete page, on a worker, a locked batch at a time with its progress.
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ from django.utils import timezone
 from annotate import storage
 from annotate.models import (
     Claim,
+    DeletionState,
     ExperienceUpload,
     Export,
     ExportState,
     Item,
+    ItemDeletion,
     ItemImport,
     ModelUpload,
     ModelVersion,
@@ -51,17 +54,12 @@ _ARTIFACTS = {"models": ModelVersion, "exports": Export, "uploads": ExperienceUp
 
 
 class ProjectBusy(Exception):
-    """Work that reads or writes the project is still waiting or running (`reasons`).
+    """Work that reads or writes the project is still waiting or running (`reasons`); nothing was deleted (of
+    items deleted in batches, none after it started)."""
 
-    Nothing was deleted, except, for items deleted in batches, the batches done before the work started: `deleted`
-    counts their rows per model ({} when none).
-    """
-
-    def __init__(self, project: Project, reasons: list[str], *, what: str = "",
-                 deleted: dict[type[models.Model], int] | None = None):
+    def __init__(self, project: Project, reasons: list[str], *, what: str = ""):
         super().__init__(f"{what or project.name} cannot be deleted yet: {'; '.join(reasons)}.")
         self.reasons = reasons
-        self.deleted = {model: count for model, count in (deleted or {}).items() if count}
 
 
 class CountChanged(Exception):
@@ -164,31 +162,118 @@ def matching(project: Project, filters) -> tuple[int, models.QuerySet]:
     return through, found.filter(pk__lte=through)
 
 
-def delete_matching(project: Project, narrow: Callable[[models.QuerySet], models.QuerySet], *, through: int,
-                    expected: int, batch: int = 5000) -> dict[type[models.Model], int]:
-    """Delete the items of `project` up to id `through` that `narrow` keeps, if they are still `expected` many;
-    the rows deleted per model, most first.
+def count_matching(project: Project, narrow: Callable[[models.QuerySet], models.QuerySet], *, through: int,
+            expected: int) -> list[int]:
+    """The ids of the items of `project` up to id `through` that `narrow` keeps, if they are still `expected`
+    many: what a deletion confirmed on a page that counted them may delete, and nothing else.
 
-    Raises `CountChanged` (nothing deleted) when the count differs: nobody deletes more, or other, items than they
-    were shown. Raises `ProjectBusy` while `blockers` names something: a training job freezes the ids of the
-    answers it trains on, and an export reads them. Each batch checks again under the project's lock, so a job
-    launched midway stops the deletion at the next batch (`ProjectBusy.deleted` says what went before).
+    Raises `CountChanged` when the count differs: nobody deletes more, or other, items than they were shown.
+    Raises `ProjectBusy` while `blockers` names something: a training job freezes the ids of the answers it
+    trains on, and an export reads them.
     """
-    what = f"Items of {project.name}"
     busy = blockers(project)
     if busy:
-        raise ProjectBusy(project, busy, what=what)
+        raise ProjectBusy(project, busy, what=_items_of(project))
     ids = list(narrow(project.items.filter(pk__lte=through)).values_list("pk", flat=True))
     if len(ids) != expected:
         raise CountChanged(len(ids), expected)
+    return ids
+
+
+def delete_matching(project: Project, narrow: Callable[[models.QuerySet], models.QuerySet], *, through: int,
+                    expected: int, batch: int = 5000) -> dict[type[models.Model], int]:
+    """Delete the items that `count_matching` finds, here and now (the Django admin's deletion); the rows deleted per
+    model, most first. `delete_among` says how; `queue_matching` has a worker do it instead."""
+    ids = count_matching(project, narrow, through=through, expected=expected)
     totals = Counter({Item: 0})
-    # Each batch is matched again under its lock, among its ids only: a search over the whole project again for
-    # each batch took 0.25 s a batch at 100,000 items. Each statement carries only its batch's ids: the whole
-    # list in each took 12.5 s for 90,000 items against 7.0 s, with their 90,000 predictions and 36,000 answers
-    # (measured 2026-12-03).
-    for start in range(0, len(ids), batch):
-        _delete_batches(narrow(by_pks(Item, ids[start:start + batch])), batch, totals, project=project, what=what)
+    delete_among(project, ids, narrow, batch=batch, on_batch=totals.update)
     return _most_first(dict(totals), _plan(Item._base_manager.none()))
+
+
+def delete_among(project: Project, ids: list[int], narrow: Callable[[models.QuerySet], models.QuerySet], *,
+                 on_batch: Callable[[dict[type[models.Model], int]], None], batch: int = 5000) -> None:
+    """Delete the items of `project` among `ids` that `narrow` keeps, in locked batches; `on_batch` gets each
+    batch's rows per model inside the batch's transaction (so progress written there commits with the rows).
+
+    Each batch is matched again under its lock, among its ids only: an item that stopped matching stays, and a
+    search over the whole project again for each batch took 0.25 s a batch at 100,000 items. Each statement
+    carries only its batch's ids: the whole list in each took 12.5 s for 90,000 items against 7.0 s, with their
+    90,000 predictions and 36,000 answers (measured 2026-12-03). Before each batch the project is locked and
+    `blockers` read again, so a training job launched midway stops the deletion there (`ProjectBusy`).
+    """
+    for start in range(0, len(ids), batch):
+        _delete_batches(narrow(by_pks(Item, ids[start:start + batch])), batch, on_batch, project=project)
+
+
+def queue_matching(project: Project, filters, given: dict[str, str], *, through: int, expected: int,
+                   user) -> ItemDeletion | None:
+    """Store the items that `count_matching` finds for item-list `filters` (`given` as typed) and queue their deletion
+    by a worker (`run_deletion`); the row shows how it goes (None when no item matches: nothing to queue).
+    Raises as `count_matching` does, and queues nothing."""
+    from annotate import tasks
+
+    ids = count_matching(project, filters.apply, through=through, expected=expected)
+    if not ids:
+        return None
+    row = ItemDeletion.objects.create(project=project, requested_by=user, filters=given, item_ids=ids,
+                                      total=len(ids))
+    tasks.delete_matching_items.delay_on_commit(row.pk)
+    return row
+
+
+def run_deletion(deletion_id: int, batch: int = 5000) -> str:
+    """Delete the items of deletion `deletion_id` that still match its filters; its state afterwards.
+
+    Safe to run twice, even at once: a finished deletion is left alone, the batches lock their items, and each
+    adds its rows to the row's counts under the row's lock. A run cut short goes on where its last batch ended.
+    """
+    from annotate import itemlist
+
+    with transaction.atomic():
+        row = (ItemDeletion.objects.select_for_update(of=("self",)).select_related("project")
+               .filter(pk=deletion_id).first())
+        if row is None or row.is_final:
+            return "skipped"
+        ItemDeletion.objects.filter(pk=row.pk).update(state=DeletionState.RUNNING, heartbeat_at=timezone.now())
+    try:
+        filters = itemlist.ItemFilters.parse(row.project, row.filters)
+    except itemlist.InvalidFilters as exc:
+        return _finish(row, DeletionState.FAILED, f"Its filters no longer apply ({exc}); nothing was deleted.")
+
+    def written(rows: dict[type[models.Model], int]) -> None:
+        locked = ItemDeletion.objects.select_for_update().only("deleted").filter(pk=row.pk).first()
+        if locked is None:  # removed meanwhile (its project deleted): nothing to count into
+            return
+        merged = Counter(locked.deleted) + Counter({model._meta.label_lower: n for model, n in rows.items() if n})
+        ItemDeletion.objects.filter(pk=row.pk).update(deleted=dict(merged), heartbeat_at=timezone.now(),
+                                                      deleted_items=merged[Item._meta.label_lower])
+
+    try:
+        delete_among(row.project, row.item_ids, filters.apply, batch=batch, on_batch=written)
+    except ProjectBusy as exc:
+        return _finish(row, DeletionState.STOPPED, f"Stopped: {'; '.join(exc.reasons)}.")
+    return _finish(row, DeletionState.SUCCEEDED)
+
+
+def deleted_rows(row: ItemDeletion) -> dict[type[models.Model], int]:
+    """The rows deletion `row` has deleted so far, per model, most first."""
+    rows = {}
+    for label, count in row.deleted.items():
+        try:
+            rows[apps.get_model(label)] = count
+        except LookupError:  # a model removed since: its rows were deleted all the same
+            continue
+    return dict(sorted(rows.items(), key=lambda pair: -pair[1]))
+
+
+def _finish(row: ItemDeletion, state: str, reason: str = "") -> str:
+    ItemDeletion.objects.filter(pk=row.pk, state=DeletionState.RUNNING).update(
+        state=state, reason=reason, finished_at=timezone.now())
+    return state
+
+
+def _items_of(project: Project) -> str:
+    return f"Items of {project.name}"
 
 
 def delete_items(items: models.QuerySet, batch: int = 5000) -> dict[type[models.Model], int]:
@@ -200,13 +285,14 @@ def delete_items(items: models.QuerySet, batch: int = 5000) -> dict[type[models.
     then goes with the item, and a later one finds the item gone.
     """
     totals = Counter({Item: 0})
-    _delete_batches(items, batch, totals)
+    _delete_batches(items, batch, totals.update)
     return _most_first(dict(totals), _plan(items))
 
 
-def _delete_batches(items: models.QuerySet, batch: int, totals: Counter, *, project: Project | None = None,
-                    what: str = "") -> None:
-    """`delete_items`, adding to `totals`; with `project`, each batch first locks it and checks `blockers`."""
+def _delete_batches(items: models.QuerySet, batch: int, on_batch: Callable[[dict[type[models.Model], int]], None],
+                    *, project: Project | None = None) -> None:
+    """`delete_items`, giving each batch's rows to `on_batch` in its transaction; with `project`, each batch
+    first locks it and checks `blockers`."""
     while True:
         with transaction.atomic():
             ids = list(items.select_for_update(of=("self",)).order_by("id").values_list("id", flat=True)[:batch])
@@ -217,8 +303,8 @@ def _delete_batches(items: models.QuerySet, batch: int, totals: Counter, *, proj
                 list(Project.objects.select_for_update().filter(pk=project.pk).values_list("pk", flat=True))
                 busy = blockers(project)
                 if busy:
-                    raise ProjectBusy(project, busy, what=what, deleted=_most_first(dict(totals), _plan(items)))
-            totals.update(delete_rows(by_pks(Item, ids)))
+                    raise ProjectBusy(project, busy, what=_items_of(project))
+            on_batch(delete_rows(by_pks(Item, ids)))
 
 
 def delete_rows(rows: models.QuerySet) -> dict[type[models.Model], int]:

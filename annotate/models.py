@@ -650,6 +650,60 @@ class Export(Queued):
         return int(100 * self.done / self.total) if self.total else (100 if self.is_final else 0)
 
 
+class DeletionState(models.TextChoices):
+    PENDING = "PENDING", "Waiting for a worker"
+    RUNNING = "RUNNING", "Deleting"
+    SUCCEEDED = "SUCCEEDED", "Done"
+    STOPPED = "STOPPED", "Stopped"
+    FAILED = "FAILED", "Failed"
+
+
+class ItemDeletion(Queued):
+    """Items an admin chose to delete (the delete page, or the API), deleted by a worker in locked batches.
+
+    Deleting 100,000 items with their answers takes seconds to tens of seconds, longer than a request should
+    wait behind a proxy, so the request only counts and stores the items' ids, and the worker deletes among
+    those ids only, writing its progress with each batch in the batch's own transaction (`deleted_items`,
+    `deleted`): a run cut short and started again goes on where the last batch ended.
+    """
+
+    LEASE = timedelta(minutes=10)  # far more than one batch takes: a RUNNING row silent for longer lost its worker
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="item_deletions")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    filters = models.JSONField(default=dict, blank=True, help_text="The item list's parameters, as given.")
+    item_ids = models.JSONField(default=list, blank=True, help_text="The items counted: no other item goes.")
+    total = models.PositiveIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=DeletionState.choices, default=DeletionState.PENDING)
+    deleted_items = models.PositiveIntegerField(default=0)
+    deleted = models.JSONField(default=dict, blank=True, help_text="Rows deleted so far, per model label.")
+    reason = models.TextField(blank=True, help_text="Why it stopped or failed.")
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="When a run last wrote progress.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"deletion {self.pk} of {self.total} items of {self.project}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in (DeletionState.SUCCEEDED, DeletionState.STOPPED, DeletionState.FAILED)
+
+    @property
+    def stalled(self) -> bool:
+        """RUNNING, but no batch has finished for `LEASE`: its worker is gone, and the task is sent again."""
+        return (self.state == DeletionState.RUNNING
+                and timezone.now() - (self.heartbeat_at or self.created_at) >= self.LEASE)
+
+    @property
+    def percent(self) -> int:
+        return min(100, int(100 * self.deleted_items / self.total)) if self.total else 100
+
+
 class UploadState(models.TextChoices):
     PENDING = "PENDING", "Being checked"
     ACCEPTED = "ACCEPTED", "Accepted"

@@ -16,10 +16,12 @@ from annotate import broker, tooling
 from annotate.models import (
     REFUSAL_LENGTH,
     STALE_WAIT,
+    DeletionState,
     ExperienceUpload,
     Export,
     ExportState,
     Item,
+    ItemDeletion,
     ItemImport,
     ItemStatus,
     ModelUpload,
@@ -34,6 +36,7 @@ from annotate.models import (
 logger = logging.getLogger(__name__)
 
 IMPORT_TIME_LIMIT = 1800  # seconds; 64 MiB of the smallest items (646,345) took 57 s here
+DELETION_TIME_LIMIT = 3600  # seconds; 90,000 items with their answers took 7 s here
 PREDICT_BATCH = 64  # items per prediction task (and per traced forward)
 # The database briefly unreachable is the one transient failure worth retrying; anything else is a bug or bad
 # data and is recorded (export error, upload reason) or raised as is.
@@ -268,6 +271,29 @@ def import_item_file(import_id: int) -> str:
     return UploadState.REFUSED
 
 
+@shared_task(time_limit=DELETION_TIME_LIMIT, soft_time_limit=DELETION_TIME_LIMIT - 60, **RETRY)
+def delete_matching_items(deletion_id: int) -> str:
+    """Delete the items an admin confirmed on the delete page (`annotate.deletion.run_deletion`); its state.
+    Safe to run twice: a finished deletion is left alone, and one cut short goes on where its last batch ended."""
+    from annotate import deletion
+
+    try:
+        return deletion.run_deletion(deletion_id)
+    except (OperationalError, InterfaceError):
+        raise
+    except SoftTimeLimitExceeded:
+        reason = (f"Stopped after {DELETION_TIME_LIMIT // 60} minutes; what it deleted is counted here. Delete the "
+                  "rest from the item list again.")
+    except Exception as exc:
+        logger.exception("item deletion %s failed", deletion_id)
+        reason = (f"The deletion failed ({type(exc).__name__}); what it deleted is counted here. Delete the rest "
+                  "from the item list again, and if it fails again, ask an administrator to look at the worker's "
+                  "log.")
+    ItemDeletion.objects.filter(pk=deletion_id, state__in=[DeletionState.PENDING, DeletionState.RUNNING]).update(
+        state=DeletionState.FAILED, reason=reason, finished_at=timezone.now())
+    return DeletionState.FAILED
+
+
 @shared_task(time_limit=600, soft_time_limit=570, **RETRY)
 def check_model_upload(upload_id: int) -> str:
     """Load an uploaded `save_pretrained` tool against the project's tool and mode; register it as a version
@@ -317,8 +343,10 @@ def _resendable(now) -> list[tuple[type[Queued], Q, Task]]:
     """Each kind of queued work, which of its rows wait for a worker, and the task that does it."""
     pending = Q(state=UploadState.PENDING)
     stalled = Q(state=ExportState.RUNNING) & (Q(heartbeat_at__lt=now - Export.LEASE) | Q(heartbeat_at__isnull=True))
+    silent = Q(state=DeletionState.RUNNING) & Q(heartbeat_at__lt=now - ItemDeletion.LEASE)
     return [(ItemImport, pending, import_item_file), (ModelUpload, pending, check_model_upload),
-            (ExperienceUpload, pending, check_experience_upload), (Export, pending | stalled, run_export)]
+            (ExperienceUpload, pending, check_experience_upload), (Export, pending | stalled, run_export),
+            (ItemDeletion, pending | silent, delete_matching_items)]
 
 
 @shared_task(**RETRY)

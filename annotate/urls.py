@@ -37,6 +37,7 @@ urlpatterns = [
     path(project + "review/undo/", review.review_undo, name="review_undo"),
     path(project + "items/", items.item_list, name="item_list"),
     path(project + "items/delete/", items.items_delete, name="items_delete"),
+    path(project + "items/deletions/<int:pk>/", items.items_deletion, name="items_deletion"),
     path(project + "progress/", progress.progress, name="project_progress"),
     path(project + "progress/agreement/", progress.progress_agreement, name="progress_agreement"),
     path(project + "items/<int:pk>/", review.item_detail, name="item_detail"),

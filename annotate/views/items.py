@@ -12,14 +12,14 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HTMX_STOP_POLLING, HttpResponseClientRedirect
 
 from annotate import deletion, itemlist
-from annotate.models import Answer, Item, ItemStatus
+from annotate.models import Answer, DeletionState, Item, ItemDeletion, ItemStatus
 from annotate.views import access
 
 logger = logging.getLogger(__name__)
@@ -62,10 +62,11 @@ def item_list(request: HttpRequest, slug: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @login_required
 def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
-    """What deleting the items that the list's filters match would remove, and (POST) deleting them.
+    """What deleting the items that the list's filters match would remove, and (POST) queueing their deletion.
 
-    The page counts the items it shows (`expected`, the newest of them `through`). The POST deletes those that
-    still match, and none if that count changed meanwhile: nobody deletes more, or other, items than they saw.
+    The page counts the items it shows (`expected`, the newest of them `through`). The POST stores those ids for
+    a worker, which deletes those that still match, and queues none if that count changed meanwhile: nobody
+    deletes more, or other, items than they saw.
     """
     project = access.admin_project(request, slug)
     params = request.POST if request.method == "POST" else request.GET
@@ -78,15 +79,16 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect(list_url)  # the list names what is wrong with them
     blockers, warning, status = None, "", 200
     if request.method == "POST":
-        deleted, warning, blockers, status = _delete(project, filters, params)
-        if deleted:
-            logger.info("project %s: %s deleted by %s (filters %s)", project.slug, deletion.counted(deleted),
-                        request.user, given)
-            if deleted[Item]:
-                messages.success(request, f"Deleted {deletion.counted(deleted)}.")
-            else:
+        queued, warning, blockers, status = _queue(request, project, filters, given, params)
+        if status == 200:
+            if queued is None:
                 messages.info(request, "No item matched these filters: nothing was deleted.")
-            return HttpResponseClientRedirect(list_url) if request.htmx else redirect(list_url)
+                target = list_url
+            else:
+                logger.info("project %s: deletion %s of %s items queued by %s (filters %s)", project.slug, queued.pk,
+                            queued.total, request.user, given)
+                target = reverse("items_deletion", args=[project.slug, queued.pk])
+            return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
         if request.htmx:  # the page again, counted afresh, with the reason on top
             if warning:
                 messages.warning(request, warning)
@@ -95,10 +97,11 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
         blockers = deletion.blockers(project)
     through, items = deletion.matching(project, filters)
     rows = deletion.item_summary(items)
-    described = [(_NAMES.get(name, itemlist.LABELS.get(name, name)), value) for name, value in given.items()]
-    context = {"project": project, "described": described, "list_url": list_url, "given": given, "through": through,
-               "count": rows[Item], "answers": rows.get(Answer, 0), "blockers": blockers, "warning": warning,
-               "in_progress": deletion.in_progress(project, items),
+    context = {"project": project, "described": _described(given), "list_url": list_url, "given": given,
+               "through": through, "count": rows[Item], "answers": rows.get(Answer, 0), "blockers": blockers,
+               "warning": warning, "in_progress": deletion.in_progress(project, items),
+               "under_way": project.item_deletions.filter(state__in=[DeletionState.PENDING, DeletionState.RUNNING])
+               .defer("item_ids").order_by("pk").first(),
                "rows": [(deletion.name(model, count), count) for model, count in rows.items() if count]}
     return render(request, "annotate/items_delete.html", context, status=status)
 
@@ -106,23 +109,49 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
 _NAMES = {"confidence_min": "Confidence at least", "confidence_max": "Confidence at most", "reviewer": "Answered by"}
 
 
-def _delete(project, filters: itemlist.ItemFilters, params) -> tuple[dict | None, str, list[str] | None, int]:
-    """Delete what the confirmation counted: the rows deleted (None if not), a warning, what blocks it (None if
-    nothing was asked), and the status of the page shown again otherwise."""
+def _queue(request: HttpRequest, project, filters: itemlist.ItemFilters, given: dict, params):
+    """Queue the deletion of what the confirmation counted: (the deletion, None if nothing matched; a warning;
+    what blocks it, None if nothing was asked; the status of the page shown again, 200 if queued)."""
     through, expected = _whole(params.get("through")), _whole(params.get("expected"))
     if through is None or expected is None:
         return None, ("Nothing was deleted: the request did not say which items it counted. Check what goes below "
                       "and confirm."), None, 400
     try:
-        return deletion.delete_matching(project, filters.apply, through=through, expected=expected), "", None, 200
+        queued = deletion.queue_matching(project, filters, given, through=through, expected=expected,
+                                         user=request.user)
     except deletion.CountChanged as exc:
         return None, (f"Nothing was deleted: the filters now match {exc.found:,} of the items counted here before, "
                       f"not {exc.expected:,}. Check what goes below and confirm again."), None, 409
     except deletion.ProjectBusy as exc:
-        # A job launched midway stops the deletion at its next batch: say what went before it.
-        stopped = (f"Deleted {deletion.counted(exc.deleted)} before the deletion stopped: {'; '.join(exc.reasons)}. "
-                   "The rest below stays.") if exc.deleted else ""
-        return None, stopped, exc.reasons, 409
+        return None, "", exc.reasons, 409
+    return queued, "", None, 200
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def items_deletion(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """How a queued deletion goes: the page, or (htmx, polled every second) its status alone, HTTP 286 once it
+    has ended, so the page stops polling."""
+    project = access.admin_project(request, slug)
+    row = get_object_or_404(ItemDeletion.objects.defer("item_ids"), pk=pk, project=project)  # polled: ids unread
+    given = {name: value for name, value in row.filters.items() if name in itemlist.FILTER_PARAMS}
+    rows = deletion.deleted_rows(row)
+    context = {"project": project, "deletion": row, "list_url": reverse("item_list", args=[project.slug]) + (
+        f"?{urlencode(given)}" if given else ""), "described": _described(given),
+        "rows": [(deletion.name(model, count), count) for model, count in rows.items()],
+        "deleted_text": deletion.counted(rows), "kept": max(0, row.total - row.deleted_items)}
+    if not request.htmx:
+        return render(request, "annotate/items_deletion.html", context)
+    response = render(request, "annotate/_deletion_status.html", context)
+    if row.is_final:
+        response.status_code = HTMX_STOP_POLLING
+    return response
+
+
+def _described(given: dict[str, str]) -> list[tuple[str, str]]:
+    """(the filter's name for people, its value) of each filter given."""
+    return [(_NAMES.get(name, itemlist.LABELS.get(name, name)), value) for name, value in given.items()]
 
 
 def _whole(text: str | None) -> int | None:

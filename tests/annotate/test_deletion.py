@@ -28,6 +28,7 @@ from annotate.models import (
     Export,
     ExportState,
     Item,
+    ItemDeletion,
     ItemImport,
     ItemStatus,
     Membership,
@@ -82,6 +83,7 @@ def _full_project(slug: str, reviewer, admin) -> Project:
     storage.artifact_dir("model-uploads", model_upload.pk)
     experience = ExperienceUpload.objects.create(project=project, uploaded_by=admin)
     storage.artifact_dir("uploads", experience.pk)
+    ItemDeletion.objects.create(project=project, requested_by=admin, item_ids=[0], total=1, state="SUCCEEDED")
     item_import = ItemImport.objects.create(project=project, uploaded_by=admin)
     storage.artifact_dir("imports", item_import.pk)
     return project
@@ -198,8 +200,7 @@ def test_matching_items_that_are_not_as_many_as_counted_stay(doomed) -> None:
 
 
 def test_a_job_launched_midway_stops_the_deletion_at_its_next_batch(doomed, reviewer) -> None:
-    """A training job freezes the ids of the answers it trains on: once one waits, no further batch goes, and what
-    went before is counted."""
+    """A training job freezes the ids of the answers it trains on: once one waits, no further batch goes."""
     pks = list(doomed.items.order_by("pk").values_list("pk", flat=True))
     calls = []
 
@@ -210,10 +211,9 @@ def test_a_job_launched_midway_stops_the_deletion_at_its_next_batch(doomed, revi
         return items
 
     with pytest.raises(deletion.ProjectBusy, match=r"Items of Doomed cannot be deleted yet: training job \d+ is "
-                                                   "waiting") as raised:
+                                                   "waiting"):
         deletion.delete_matching(doomed, narrow, through=pks[-1], expected=3, batch=1)
 
-    assert raised.value.deleted[Item] == 1 and raised.value.deleted[Prediction] == 1
     assert list(doomed.items.order_by("pk").values_list("pk", flat=True)) == pks[1:]
 
 

@@ -10,8 +10,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from annotate import deletion
-from annotate.models import Answer, AnswerRevision, Claim, Item, ItemStatus, Prediction
+from annotate import deletion, tasks
+from annotate.models import Answer, AnswerRevision, Claim, Item, ItemDeletion, ItemStatus, Prediction
 from tests.annotate.conftest import decision_input
 from trainingjobs.models import JobState, TrainingJob
 
@@ -26,6 +26,16 @@ def items(project, reviewer, ready_items) -> list[Item]:
     AnswerRevision.objects.create(answer=answer, kind="target", target="db")
     Claim.objects.create(item=made[1], reviewer=reviewer, expires_at=timezone.now() + timedelta(minutes=5))
     return made
+
+
+@pytest.fixture(autouse=True)
+def worker(monkeypatch) -> None:
+    """A worker that takes each deletion as it is queued (`tests/annotate/test_item_deletions.py` queues them)."""
+    monkeypatch.setattr(tasks.delete_matching_items, "delay_on_commit", lambda pk: tasks.delete_matching_items(pk))
+
+
+def _deletion_url(project) -> str:
+    return reverse("items_deletion", args=[project.slug, ItemDeletion.objects.latest("pk").pk])
 
 
 def _url(project, **filters) -> str:
@@ -71,13 +81,14 @@ def test_confirming_deletes_the_matching_items_and_what_goes_with_them(client, p
 
     response = _confirm(client, project, items[1].pk, 2, confidence_max="0.2")
 
-    assert response.status_code == 302 and response["Location"] == (
-        reverse("item_list", args=[project.slug]) + "?confidence_max=0.2")
+    assert response.status_code == 302 and response["Location"] == _deletion_url(project)
     assert list(project.items.values_list("pk", flat=True)) == [items[2].pk, items[3].pk]
     assert not Answer.objects.exists() and not AnswerRevision.objects.exists() and not Claim.objects.exists()
     assert Prediction.objects.count() == 2
     page = client.get(response["Location"]).content.decode()
-    deleted = page.split("Deleted ")[1].split(".")[0].split(", ")
+    assert "<strong>Confidence at most</strong> <code>0.2</code>" in page
+    assert f'href="{reverse("item_list", args=[project.slug])}?confidence_max=0.2" id="deletion-list"' in page
+    deleted = page.split('id="deletion-done">Deleted ')[1].split(".")[0].split(", ")
     assert deleted[:2] == ["2 items", "2 predictions"]  # most first
     assert sorted(deleted[2:]) == ["1 answer", "1 answer revision", "1 claim"]
 
@@ -132,26 +143,28 @@ def test_a_waiting_training_job_blocks_it(client, project, project_admin, items)
 
 def test_a_job_launched_midway_stops_it_and_the_page_says_what_went(client, project, project_admin, items,
                                                                     monkeypatch) -> None:
-    real, calls = deletion.delete_matching, []
+    real_run, real_rows = deletion.run_deletion, deletion.delete_rows
 
-    def launching(items):  # an admin launches a training job as the second batch starts
-        calls.append(1)
-        if len(calls) == 3:
-            TrainingJob.objects.create(project=project, state=JobState.PENDING)
-        return items
+    def launching(rows):  # an admin launches a training job as the first batch commits
+        done = real_rows(rows)
+        TrainingJob.objects.get_or_create(project=project, state=JobState.PENDING)
+        return done
 
-    monkeypatch.setattr(deletion, "delete_matching", lambda project, narrow, **counted: real(
-        project, lambda items: launching(narrow(items)), batch=2, **counted))
+    monkeypatch.setattr(deletion, "run_deletion", lambda pk: real_run(pk, batch=2))
+    monkeypatch.setattr(deletion, "delete_rows", launching)
     client.force_login(project_admin)
 
     response = _confirm(client, project, items[-1].pk, 4)
 
-    page = response.content.decode()
-    assert response.status_code == 409 and project.items.count() == 2
-    assert "Deleted 2 items, 2 predictions, 1 claim, 1 answer, 1 answer revision before the deletion stopped: " \
-           "training job" in page
-    assert "Items cannot be deleted while work still reads the project's answers" in page
-    assert 'id="delete-items"' not in page and '<tr><td>Items</td><td class="num">2</td></tr>' in page
+    page = client.get(response["Location"]).content.decode()
+    assert project.items.count() == 2 and ItemDeletion.objects.get().state == "STOPPED"
+    job = TrainingJob.objects.get()
+    assert (f"Stopped: training job {job.pk} is waiting (cancel it on the training page). Deleted before it stopped: "
+            "2 items, 2 predictions, ") in page
+    assert 'id="deletion-count">2 of 4 items deleted<' in page
+    again = client.get(_url(project)).content.decode()
+    assert "Items cannot be deleted while work still reads the project's answers" in again
+    assert 'id="delete-items"' not in again and '<tr><td>Items</td><td class="num">2</td></tr>' in again
 
 
 def test_bad_filters_go_back_to_the_list_that_names_them(client, project, project_admin, items) -> None:

@@ -52,7 +52,8 @@ def backend_redis_worker(tmp_path: Path, monkeypatch, request):
     )
     client = Celery("client", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
     client.conf.broker_transport_options = {"global_keyprefix": BROKER_KEYPREFIX}
-    for name in ("predict_items", "run_export", "check_model_upload", "import_item_file", "resend_stale_work"):
+    for name in ("predict_items", "run_export", "check_model_upload", "import_item_file", "resend_stale_work",
+                 "delete_matching_items"):
         # The task object of the project's app itself, not the `shared_task` proxy: a proxy resolves to the
         # current app of the thread that reads it, and the live server's thread may see another one.
         monkeypatch.setattr(celery_app.tasks[getattr(annotate_tasks, name).name], "delay",
@@ -104,6 +105,23 @@ def test_an_uploaded_items_file_is_imported_and_predicted_by_a_real_worker(proje
                what="the worker to import and predict every item")
     row.refresh_from_db()
     assert row.state == UploadState.ACCEPTED and row.count == 10 and not row.path.parent.exists()
+
+
+@pytest.mark.redis
+def test_items_an_admin_confirmed_are_deleted_by_a_real_worker(project, project_admin, ready_items,
+                                                              backend_redis_worker, wait_until) -> None:
+    from annotate import deletion, itemlist
+
+    items = ready_items(project, [0.1, 0.2, 0.9])
+    filters = itemlist.ItemFilters.parse(project, {"confidence_max": "0.5"})
+
+    row = deletion.queue_matching(project, filters, {"confidence_max": "0.5"}, through=items[-1].pk, expected=2,
+                                  user=project_admin)
+
+    wait_until(lambda: type(row).objects.get(pk=row.pk).is_final, timeout=180, what="the worker to delete the items")
+    row.refresh_from_db()
+    assert row.state == "SUCCEEDED" and row.deleted_items == 2 and row.deleted["annotate.prediction"] == 2
+    assert list(project.items.values_list("pk", flat=True)) == [items[2].pk]
 
 
 @pytest.mark.redis

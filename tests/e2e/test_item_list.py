@@ -150,20 +150,12 @@ def test_progress_page_draws_its_charts(page, artifacts, team) -> None:
 
 
 def test_an_admin_deletes_the_items_a_search_matches(page, artifacts, team, monkeypatch) -> None:
-    import threading
-
-    from annotate import deletion
+    """Confirmed, the deletion is queued; its page follows the worker (htmx polling) until it is done."""
+    from annotate import tasks
 
     printer = {item.pk for item in Item.objects.all() if "printer" in item.inputs["question"]}
-    deleting, go_on = threading.Event(), threading.Event()
-    delete_rows = deletion.delete_rows
-
-    def delete_when_told(*args, **kwargs):  # the live server's thread: holds the request while we look
-        deleting.set()
-        go_on.wait(timeout=60)
-        return delete_rows(*args, **kwargs)
-
-    monkeypatch.setattr(deletion, "delete_rows", delete_when_told)
+    sent: list[int] = []
+    monkeypatch.setattr(tasks.delete_matching_items, "delay_on_commit", sent.append)  # the worker is this test
     sign_in(page, "ada")
     page.goto(f"{page.base_url}/projects/outages/items/?q=printer")
     assert page.locator("#items-count").inner_text().startswith(f"{len(printer)} matching items (filtered).")
@@ -174,13 +166,19 @@ def test_an_admin_deletes_the_items_a_search_matches(page, artifacts, team, monk
     assert "Search inputs printer" in page.locator("#delete-filters").inner_text()
     page.screenshot(path=str(artifacts / "confirm.png"), full_page=True)
     page.get_by_role("button", name=re.compile(rf"^Delete {len(printer)} items")).click()
-    assert deleting.wait(timeout=30)
-    page.get_by_text(f"Deleting {len(printer)} items…").wait_for()
-    assert page.locator("#delete-items").is_disabled()
-    go_on.set()
 
+    page.wait_for_url("**/items/deletions/*/")
+    assert page.locator("#deletion-count").inner_text() == f"0 of {len(printer)} items deleted"
+    assert page.locator("#deletion-state").inner_text() == "Waiting for a worker" and len(sent) == 1
+    page.screenshot(path=str(artifacts / "queued.png"), full_page=True)
+    assert tasks.delete_matching_items(sent[0]) == "SUCCEEDED"
+    page.locator("#deletion-done").wait_for()  # the page polls every second
+    assert page.locator("#deletion-count").inner_text() == f"{len(printer)} of {len(printer)} items deleted"
+    assert page.locator("#deletion-done").inner_text().startswith(f"Deleted {len(printer)} items")
+    page.screenshot(path=str(artifacts / "done.png"), full_page=True)
+
+    page.locator("#deletion-list").click()
     page.wait_for_url("**/items/?q=printer")
-    page.get_by_text(f"Deleted {len(printer)} items").wait_for()
     assert page.locator("#items-empty").inner_text().startswith("No items match these filters.")
     assert not Item.objects.filter(pk__in=printer).exists() and Item.objects.count() == 34 - len(printer)
     page.screenshot(path=str(artifacts / "deleted.png"), full_page=True)
