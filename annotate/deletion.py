@@ -163,7 +163,7 @@ def matching(project: Project, filters) -> tuple[int, models.QuerySet]:
 
 
 def count_matching(project: Project, narrow: Callable[[models.QuerySet], models.QuerySet], *, through: int,
-            expected: int) -> list[int]:
+                   expected: int) -> list[int]:
     """The ids of the items of `project` up to id `through` that `narrow` keeps, if they are still `expected`
     many: what a deletion confirmed on a page that counted them may delete, and nothing else.
 
