@@ -263,7 +263,7 @@ def deleted_rows(row: ItemDeletion) -> dict[type[models.Model], int]:
             rows[apps.get_model(label)] = count
         except LookupError:  # a model removed since: its rows were deleted all the same
             continue
-    return dict(sorted(rows.items(), key=lambda pair: -pair[1]))
+    return _most_first(rows, _plan(Item._base_manager.none()))
 
 
 def _finish(row: ItemDeletion, state: str, reason: str = "") -> str:

@@ -7,7 +7,18 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from annotate.models import Item, ItemStatus, Membership, ModelVersion, Prediction, Project, Role
+from annotate.models import (
+    Answer,
+    AnswerRevision,
+    Claim,
+    Item,
+    ItemStatus,
+    Membership,
+    ModelVersion,
+    Prediction,
+    Project,
+    Role,
+)
 
 # One valid input of the Decision tool (rank mode): the smallest project fixture.
 DECISION_INPUT = {
@@ -68,6 +79,17 @@ def project(db, reviewer, second_reviewer, project_admin) -> Project:
 def ready_items():
     """`ready_items(project, confidences)`: items with a stored prediction, one per confidence, 1 s apart."""
     return make_ready_items
+
+
+@pytest.fixture
+def deletable_items(project, reviewer, ready_items) -> list[Item]:
+    """Four ready items (confidence .1 to .4), the first answered with a revision, the second claimed: one row of
+    each kind that goes with an item."""
+    made = ready_items(project, [0.1, 0.2, 0.3, 0.4])
+    answer = Answer.objects.create(item=made[0], reviewer=reviewer, kind="target", target="db", source="s")
+    AnswerRevision.objects.create(answer=answer, kind="target", target="db")
+    Claim.objects.create(item=made[1], reviewer=reviewer, expires_at=timezone.now() + timedelta(minutes=5))
+    return made
 
 
 def make_ready_items(project: Project, confidences: list[float | None]) -> list[Item]:

@@ -6,19 +6,15 @@ from __future__ import annotations
 import pytest
 
 from annotate import tasks
-from annotate.models import Answer, AnswerRevision, ApiToken, Item, ItemStatus
+from annotate.models import Answer, ApiToken, Item, ItemStatus
 from trainingjobs.models import JobState, TrainingJob
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def items(project, reviewer, ready_items) -> list[Item]:
-    """Four ready items (confidence .1 to .4), the first answered with a revision."""
-    made = ready_items(project, [0.1, 0.2, 0.3, 0.4])
-    answer = Answer.objects.create(item=made[0], reviewer=reviewer, kind="target", target="db", source="s")
-    AnswerRevision.objects.create(answer=answer, kind="target", target="db")
-    return made
+def items(deletable_items) -> list[Item]:
+    return deletable_items
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +38,7 @@ def test_without_a_count_it_says_what_would_go_and_deletes_nothing(client, proje
     assert response.status_code == 428 and project.items.count() == 4
     body = response.json()
     assert (body["expected"], body["through"]) == (2, items[1].pk)
-    assert body["rows"] == {"items": 2, "predictions": 2, "answers": 1, "answer_revisions": 1}
+    assert body["rows"] == {"items": 2, "predictions": 2, "answers": 1, "answer_revisions": 1, "claims": 1}
     assert f"send the request again with expected=2&through={items[1].pk}" in body["error"]
 
 
@@ -53,7 +49,7 @@ def test_with_the_count_it_deletes_the_matching_items_and_what_goes_with_them(cl
     assert response.status_code == 202, response.content
     detail = client.get(response["Location"], HTTP_AUTHORIZATION=f"Bearer {admin_key}").json()
     assert detail["state"] == "SUCCEEDED" and detail["filters"] == {"confidence_max": "0.2"}
-    assert detail["deleted"] == {"items": 2, "predictions": 2, "answers": 1, "answer_revisions": 1}
+    assert detail["deleted"] == {"items": 2, "predictions": 2, "answers": 1, "answer_revisions": 1, "claims": 1}
     assert list(project.items.order_by("pk")) == items[2:] and not Answer.objects.exists()
 
 

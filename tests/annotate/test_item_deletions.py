@@ -19,11 +19,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def items(project, reviewer, ready_items) -> list[Item]:
-    """Four ready items (confidence .1 to .4), the first answered."""
-    made = ready_items(project, [0.1, 0.2, 0.3, 0.4])
-    Answer.objects.create(item=made[0], reviewer=reviewer, kind="target", target="db", source="s")
-    return made
+def items(deletable_items) -> list[Item]:
+    return deletable_items
 
 
 @pytest.fixture
@@ -64,7 +61,7 @@ def test_confirming_queues_the_deletion_and_its_page_follows_it(client, project,
     assert polled.status_code == 286  # done: htmx stops polling
     text = polled.content.decode()
     assert 'id="deletion-count">4 of 4 items deleted<' in text and "hx-trigger" not in text
-    assert 'id="deletion-done">Deleted 4 items, 4 predictions, 1 answer.' in text
+    assert 'id="deletion-done">Deleted 4 items, 4 predictions, 1 claim, 1 answer, 1 answer revision.' in text
     assert not project.items.exists()
 
 
@@ -76,7 +73,8 @@ def test_sent_twice_it_deletes_once_and_counts_once(project, project_admin, item
 
     row.refresh_from_db()
     assert row.deleted_items == 4 and row.deleted == {"annotate.item": 4, "annotate.prediction": 4,
-                                                      "annotate.answer": 1}
+                                                      "annotate.answer": 1, "annotate.answerrevision": 1,
+                                                      "annotate.claim": 1}
 
 
 def test_a_run_cut_short_goes_on_where_its_last_batch_ended(project, project_admin, items, queued,
@@ -126,7 +124,7 @@ def test_the_page_says_that_items_which_stopped_matching_stay(client, project, p
 
     page = _page(client, row).content.decode()
 
-    assert ("Deleted 3 items, 3 predictions. 1 of the items counted was not deleted: it no longer matched the "
+    assert ("Deleted 3 items, 3 predictions, 1 claim. 1 of the items counted was not deleted: it no longer matched the "
             "filters, or was gone already.") in page
 
 
@@ -224,7 +222,7 @@ def test_the_api_queues_it_and_says_how_it_goes(client, project, project_admin, 
     tasks.delete_matching_items(row.pk)
     detail = client.get(response["Location"], **headers).json()
     assert detail["state"] == "SUCCEEDED" and detail["deleted_items"] == 4
-    assert detail["deleted"] == {"items": 4, "predictions": 4, "answers": 1}
+    assert detail["deleted"] == {"items": 4, "predictions": 4, "answers": 1, "answer_revisions": 1, "claims": 1}
     reviewer_key = ApiToken.objects.issue(reviewer)[1]
     assert client.get(response["Location"], HTTP_AUTHORIZATION=f"Bearer {reviewer_key}").status_code == 404
 

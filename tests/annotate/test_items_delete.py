@@ -3,12 +3,9 @@ items (with their answers and the rest), never more than were counted, and not w
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.test import Client
 from django.urls import reverse
-from django.utils import timezone
 
 from annotate import deletion, tasks
 from annotate.models import Answer, AnswerRevision, Claim, Item, ItemDeletion, ItemStatus, Prediction
@@ -19,13 +16,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def items(project, reviewer, ready_items) -> list[Item]:
-    """Four ready items (confidence .1 to .4), the first answered with a revision, the second claimed."""
-    made = ready_items(project, [0.1, 0.2, 0.3, 0.4])
-    answer = Answer.objects.create(item=made[0], reviewer=reviewer, kind="target", target="db", source="s")
-    AnswerRevision.objects.create(answer=answer, kind="target", target="db")
-    Claim.objects.create(item=made[1], reviewer=reviewer, expires_at=timezone.now() + timedelta(minutes=5))
-    return made
+def items(deletable_items) -> list[Item]:
+    return deletable_items
 
 
 @pytest.fixture(autouse=True)
