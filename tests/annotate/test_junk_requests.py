@@ -16,7 +16,17 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import URLResolver, get_resolver
 
 from annotate import queue
-from annotate.models import ApiToken, Item, ItemStatus, Membership, ModelVersion, Prediction, Project, Role
+from annotate.models import (
+    ApiToken,
+    Item,
+    ItemDeletion,
+    ItemStatus,
+    Membership,
+    ModelVersion,
+    Prediction,
+    Project,
+    Role,
+)
 from tests.annotate.ui_samples import SAMPLES
 
 pytestmark = pytest.mark.django_db
@@ -50,7 +60,7 @@ def _fill(route: str, slug: str, ident: int | dict) -> str:
     if isinstance(ident, dict):
         ident = next((pk for word, pk in ident.items() if word in route), ident["items"])
     path = "/" + route.replace("<slug:slug>", slug)
-    for name in ("<int:pk>", "<int:item_id>", "<int:export_id>", "<int:import_id>"):
+    for name in ("<int:pk>", "<int:item_id>", "<int:export_id>", "<int:import_id>", "<int:deletion_id>"):
         path = path.replace(name, str(ident))
     assert "<" not in path, f"a URL argument this test does not fill: {route}"
     return path
@@ -67,8 +77,9 @@ def _objects(project: Project, item: Item, admin, reviewer) -> dict[str, int]:
     job = services.launch(project, base_version=project.current_version, enqueue=False, epochs=1, minibatch_size=4)
     member = Membership.objects.get(project=project, user=reviewer)
     queued = imports.queue_import(project, admin, [b"{}\n"], name="items.jsonl")
-    return {"exports": made.pk, "experience": upload.pk, "import": queued.pk, "versions": project.current_version_id,
-            "members": member.pk, "jobs/": job.pk, "items": item.pk}
+    deleting = ItemDeletion.objects.create(project=project, requested_by=admin, item_ids=[item.pk], total=1)
+    return {"deletions": deleting.pk, "exports": made.pk, "experience": upload.pk, "import": queued.pk,
+            "versions": project.current_version_id, "members": member.pk, "jobs/": job.pk, "items": item.pk}
 
 
 def _project(tool: str, mode: str, admin, reviewer) -> tuple[Project, Item]:
