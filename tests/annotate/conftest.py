@@ -92,6 +92,14 @@ def deletable_items(project, reviewer, ready_items) -> list[Item]:
     return made
 
 
+@pytest.fixture
+def deletion_worker(monkeypatch) -> None:
+    """A worker that takes each deletion of items as it is queued (`test_item_deletions.py` queues them only)."""
+    from annotate import tasks
+
+    monkeypatch.setattr(tasks.delete_matching_items, "delay_on_commit", lambda pk: tasks.delete_matching_items(pk))
+
+
 def make_ready_items(project: Project, confidences: list[float | None]) -> list[Item]:
     start = timezone.now() - timedelta(hours=1)
     items = []

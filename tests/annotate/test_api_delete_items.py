@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from annotate import tasks
 from annotate.models import Answer, ApiToken, Item, ItemStatus
 from trainingjobs.models import JobState, TrainingJob
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("deletion_worker")]
 
 
 @pytest.fixture
 def items(deletable_items) -> list[Item]:
     return deletable_items
-
-
-@pytest.fixture(autouse=True)
-def worker(monkeypatch) -> None:
-    """A worker that takes each deletion as it is queued (`tests/annotate/test_item_deletions.py` queues them)."""
-    monkeypatch.setattr(tasks.delete_matching_items, "delay_on_commit", lambda pk: tasks.delete_matching_items(pk))
 
 
 @pytest.fixture

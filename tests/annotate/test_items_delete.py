@@ -7,23 +7,17 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from annotate import deletion, tasks
+from annotate import deletion
 from annotate.models import Answer, AnswerRevision, Claim, Item, ItemDeletion, ItemStatus, Prediction
 from tests.annotate.conftest import decision_input
 from trainingjobs.models import JobState, TrainingJob
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("deletion_worker")]
 
 
 @pytest.fixture
 def items(deletable_items) -> list[Item]:
     return deletable_items
-
-
-@pytest.fixture(autouse=True)
-def worker(monkeypatch) -> None:
-    """A worker that takes each deletion as it is queued (`tests/annotate/test_item_deletions.py` queues them)."""
-    monkeypatch.setattr(tasks.delete_matching_items, "delay_on_commit", lambda pk: tasks.delete_matching_items(pk))
 
 
 def _deletion_url(project) -> str:
