@@ -272,7 +272,7 @@ def delete_items(request: HttpRequest, token: ApiToken, project: Project) -> Jso
         return _error(400, "nothing was deleted: invalid filters", errors=exc.errors)
     counts = {name: request.GET.get(name, "") for name in ("expected", "through")}
     bad = {name: f"expected a whole number, not {value!r}" for name, value in counts.items()
-           if value and not (value.isdigit() and len(value) < 19)}
+           if value and itemlist.whole(value) is None}
     if bad:
         return _error(400, "nothing was deleted", errors=bad)
     if not counts["expected"]:
@@ -282,7 +282,7 @@ def delete_items(request: HttpRequest, token: ApiToken, project: Project) -> Jso
                       f"with expected={rows[Item]}&through={through}", expected=rows[Item], through=through,
                       rows=_rows_json(rows))
     try:
-        row = deletion.queue_matching(project, filters, given, expected=int(counts["expected"]),
+        row = deletion.queue_matching(project, filters, expected=int(counts["expected"]),
                                       through=int(counts["through"] or 2**62), user=token.user)
     except deletion.CountChanged as exc:
         return _error(412, f"nothing was deleted: {exc}", matching=exc.found)

@@ -205,9 +205,8 @@ def delete_among(project: Project, ids: list[int], narrow: Callable[[models.Quer
         _delete_batches(narrow(by_pks(Item, ids[start:start + batch])), batch, on_batch, project=project)
 
 
-def queue_matching(project: Project, filters, given: dict[str, str], *, through: int, expected: int,
-                   user) -> ItemDeletion | None:
-    """Store the items that `count_matching` finds for item-list `filters` (`given` as typed) and queue their deletion
+def queue_matching(project: Project, filters, *, through: int, expected: int, user) -> ItemDeletion | None:
+    """Store the items that `count_matching` finds for item-list `filters` and queue their deletion
     by a worker (`run_deletion`); the row shows how it goes (None when no item matches: nothing to queue).
     Raises as `count_matching` does, and queues nothing."""
     from annotate import tasks
@@ -215,7 +214,7 @@ def queue_matching(project: Project, filters, given: dict[str, str], *, through:
     ids = count_matching(project, filters.apply, through=through, expected=expected)
     if not ids:
         return None
-    row = ItemDeletion.objects.create(project=project, requested_by=user, filters=given, item_ids=ids,
+    row = ItemDeletion.objects.create(project=project, requested_by=user, filters=filters.given, item_ids=ids,
                                       total=len(ids))
     tasks.delete_matching_items.delay_on_commit(row.pk)
     return row

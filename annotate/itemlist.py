@@ -43,6 +43,11 @@ LABELS = {"q": "Search inputs", "status": "Status", "reviewer": "Answered by", "
           "sort": "Order", "after": "Page", "before": "Page"}
 
 
+def whole(text: str | None) -> int | None:
+    """`text` as a whole number (a count or an item id given back by a form or a script); None if it is not one."""
+    return int(text) if text and text.isdigit() and len(text) < 19 else None
+
+
 class InvalidFilters(ValueError):
     """Some parameters are impossible; `errors` maps each parameter to what is wrong and how to fix it."""
 
@@ -155,6 +160,11 @@ class ItemFilters:
             "q": self.q,
             "sort": "" if self.sort == "id" else self.sort,
         }
+
+    @property
+    def given(self) -> dict[str, str]:
+        """The filters that are set, as GET parameters (no order, no position): what a deletion records."""
+        return {name: value for name, value in self.values().items() if value and name in FILTER_PARAMS}
 
     def query_string(self, **changes) -> str:
         """`?...` for these filters with `changes` applied (set a value to "" to drop it); no position."""

@@ -79,7 +79,7 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect(list_url)  # the list names what is wrong with them
     blockers, warning, status = None, "", 200
     if request.method == "POST":
-        queued, warning, blockers, status = _queue(request, project, filters, given, params)
+        queued, warning, blockers, status = _queue(request, project, filters, params)
         if status == 200:
             if queued is None:
                 messages.info(request, "No item matched these filters: nothing was deleted.")
@@ -109,16 +109,15 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
 _NAMES = {"confidence_min": "Confidence at least", "confidence_max": "Confidence at most", "reviewer": "Answered by"}
 
 
-def _queue(request: HttpRequest, project, filters: itemlist.ItemFilters, given: dict, params):
+def _queue(request: HttpRequest, project, filters: itemlist.ItemFilters, params):
     """Queue the deletion of what the confirmation counted: (the deletion, None if nothing matched; a warning;
     what blocks it, None if nothing was asked; the status of the page shown again, 200 if queued)."""
-    through, expected = _whole(params.get("through")), _whole(params.get("expected"))
+    through, expected = itemlist.whole(params.get("through")), itemlist.whole(params.get("expected"))
     if through is None or expected is None:
         return None, ("Nothing was deleted: the request did not say which items it counted. Check what goes below "
                       "and confirm."), None, 400
     try:
-        queued = deletion.queue_matching(project, filters, given, through=through, expected=expected,
-                                         user=request.user)
+        queued = deletion.queue_matching(project, filters, through=through, expected=expected, user=request.user)
     except deletion.CountChanged as exc:
         return None, (f"Nothing was deleted: the filters now match {exc.found:,} of the items counted here before, "
                       f"not {exc.expected:,}. Check what goes below and confirm again."), None, 409
@@ -153,6 +152,3 @@ def _described(given: dict[str, str]) -> list[tuple[str, str]]:
     """(the filter's name for people, its value) of each filter given."""
     return [(_NAMES.get(name, itemlist.LABELS.get(name, name)), value) for name, value in given.items()]
 
-
-def _whole(text: str | None) -> int | None:
-    return int(text) if text and text.isdigit() and len(text) < 19 else None

@@ -66,7 +66,7 @@ def test_confirming_queues_the_deletion_and_its_page_follows_it(client, project,
 
 
 def test_sent_twice_it_deletes_once_and_counts_once(project, project_admin, items, queued) -> None:
-    row = deletion.queue_matching(project, _all(project), {}, through=items[-1].pk, expected=4, user=project_admin)
+    row = deletion.queue_matching(project, _all(project), through=items[-1].pk, expected=4, user=project_admin)
 
     assert tasks.delete_matching_items(row.pk) == "SUCCEEDED"
     assert tasks.delete_matching_items(row.pk) == "skipped"
@@ -79,7 +79,7 @@ def test_sent_twice_it_deletes_once_and_counts_once(project, project_admin, item
 
 def test_a_run_cut_short_goes_on_where_its_last_batch_ended(project, project_admin, items, queued,
                                                             monkeypatch) -> None:
-    row = deletion.queue_matching(project, _all(project), {}, through=items[-1].pk, expected=4, user=project_admin)
+    row = deletion.queue_matching(project, _all(project), through=items[-1].pk, expected=4, user=project_admin)
     real, calls = deletion.delete_rows, []
 
     def dropping(rows):  # the database goes away during the second batch
@@ -104,8 +104,7 @@ def test_a_run_cut_short_goes_on_where_its_last_batch_ended(project, project_adm
 def test_items_that_stop_matching_or_are_imported_later_stay(project, project_admin, items, queued,
                                                               ready_items) -> None:
     filters = _all(project, confidence_max="0.2")
-    row = deletion.queue_matching(project, filters, {"confidence_max": "0.2"}, through=items[1].pk, expected=2,
-                                  user=project_admin)
+    row = deletion.queue_matching(project, filters, through=items[1].pk, expected=2, user=project_admin)
     Item.objects.filter(pk=items[0].pk).update(confidence=0.9)  # predicted again meanwhile: no longer matches
     later = ready_items(project, [0.1])
 
@@ -117,7 +116,7 @@ def test_items_that_stop_matching_or_are_imported_later_stay(project, project_ad
 
 
 def test_the_page_says_that_items_which_stopped_matching_stay(client, project, project_admin, items, queued) -> None:
-    row = deletion.queue_matching(project, _all(project), {}, through=items[-1].pk, expected=4, user=project_admin)
+    row = deletion.queue_matching(project, _all(project), through=items[-1].pk, expected=4, user=project_admin)
     Item.objects.filter(pk=items[0].pk).delete()  # deleted meanwhile, by another admin
     tasks.delete_matching_items(row.pk)
     client.force_login(project_admin)
@@ -130,7 +129,7 @@ def test_the_page_says_that_items_which_stopped_matching_stay(client, project, p
 
 def test_a_job_launched_after_the_confirmation_stops_it_before_the_first_batch(client, project, project_admin,
                                                                                items, queued) -> None:
-    row = deletion.queue_matching(project, _all(project), {}, through=items[-1].pk, expected=4, user=project_admin)
+    row = deletion.queue_matching(project, _all(project), through=items[-1].pk, expected=4, user=project_admin)
     job = TrainingJob.objects.create(project=project, state=JobState.PENDING)
 
     assert tasks.delete_matching_items(row.pk) == "STOPPED"
@@ -144,8 +143,8 @@ def test_a_job_launched_after_the_confirmation_stops_it_before_the_first_batch(c
 
 def test_filters_that_no_longer_apply_fail_it_and_delete_nothing(project, project_admin, reviewer, items,
                                                                   queued) -> None:
-    row = deletion.queue_matching(project, _all(project, reviewer="rita"), {"reviewer": "rita"},
-                                  through=items[0].pk, expected=1, user=project_admin)
+    row = deletion.queue_matching(project, _all(project, reviewer="rita"), through=items[0].pk, expected=1,
+                                  user=project_admin)
     Membership.objects.filter(project=project, user=reviewer).delete()
     Answer.objects.filter(reviewer=reviewer).delete()  # the reviewer is gone from the project
 
@@ -158,7 +157,7 @@ def test_filters_that_no_longer_apply_fail_it_and_delete_nothing(project, projec
 
 def test_an_unexpected_error_fails_it_with_the_reason_and_keeps_what_went(client, project, project_admin, items,
                                                                           queued, monkeypatch) -> None:
-    row = deletion.queue_matching(project, _all(project), {}, through=items[-1].pk, expected=4, user=project_admin)
+    row = deletion.queue_matching(project, _all(project), through=items[-1].pk, expected=4, user=project_admin)
     monkeypatch.setattr(deletion, "delete_rows", lambda rows: 1 / 0)
 
     assert tasks.delete_matching_items(row.pk) == "FAILED"
@@ -191,7 +190,7 @@ def test_a_deletion_waiting_or_silent_too_long_is_sent_again(client, project, pr
 
 
 def test_the_delete_page_says_a_deletion_is_under_way(client, project, project_admin, items, queued) -> None:
-    row = deletion.queue_matching(project, _all(project), {}, through=items[1].pk, expected=2, user=project_admin)
+    row = deletion.queue_matching(project, _all(project), through=items[1].pk, expected=2, user=project_admin)
     client.force_login(project_admin)
 
     page = client.get(reverse("items_delete", args=[project.slug])).content.decode()
@@ -202,7 +201,7 @@ def test_the_delete_page_says_a_deletion_is_under_way(client, project, project_a
 
 def test_only_the_projects_admins_see_a_deletion(client, project, project_admin, reviewer, outsider, items,
                                                  queued) -> None:
-    row = deletion.queue_matching(project, _all(project), {}, through=items[-1].pk, expected=4, user=project_admin)
+    row = deletion.queue_matching(project, _all(project), through=items[-1].pk, expected=4, user=project_admin)
 
     client.force_login(reviewer)
     assert _page(client, row).status_code == 403

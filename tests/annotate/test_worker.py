@@ -115,8 +115,7 @@ def test_items_an_admin_confirmed_are_deleted_by_a_real_worker(project, project_
     items = ready_items(project, [0.1, 0.2, 0.9])
     filters = itemlist.ItemFilters.parse(project, {"confidence_max": "0.5"})
 
-    row = deletion.queue_matching(project, filters, {"confidence_max": "0.5"}, through=items[-1].pk, expected=2,
-                                  user=project_admin)
+    row = deletion.queue_matching(project, filters, through=items[-1].pk, expected=2, user=project_admin)
 
     wait_until(lambda: type(row).objects.get(pk=row.pk).is_final, timeout=180, what="the worker to delete the items")
     row.refresh_from_db()
