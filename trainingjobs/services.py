@@ -44,6 +44,7 @@ def launch(
     if base_version is None or base_version.project_id != project.pk:
         raise JobActionError("choose a model version of this project to start from")
     from annotate import export
+    from annotate.models import Project
 
     values = defaults.for_tool(project.tool) | {k: v for k, v in settings.items() if v is not None}
     try:
@@ -51,6 +52,10 @@ def launch(
     except ValueError as exc:
         raise JobActionError(str(exc)) from exc
     with transaction.atomic():
+        # The project first, as a deletion batch locks it before it deletes: a batch in flight commits before
+        # the records are read, so the job never freezes ids of answers that batch takes away.
+        if not list(Project.objects.select_for_update(no_key=True).filter(pk=project.pk).values_list("pk")):
+            raise JobActionError("the project has been deleted")
         records = snapshot.select_records(project, filters)
         frozen = snapshot.split(records, values["held_out_fraction"], values["seed"])
         if include_uploads:

@@ -510,6 +510,49 @@ def test_a_training_job_launched_during_a_deletion_waits_for_it_and_fails(review
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_a_training_job_launched_during_a_batch_reads_its_records_after_it(reviewer, project_admin,
+                                                                             monkeypatch) -> None:
+    """The launch locks the project before it selects records, so it waits for the batch in flight and never
+    freezes the id of a revision that batch deletes; the next batch then sees the job and stops."""
+    from trainingjobs import services
+
+    doomed = _full_project("doomed", reviewer, project_admin)
+    adjudicated, answered, untouched = doomed.items.order_by("pk")
+    answer = Answer.objects.create(item=answered, reviewer=reviewer, kind="target", target="dns", source="s")
+    kept_revision = AnswerRevision.objects.create(answer=answer, kind="target", target="dns")
+    Item.objects.filter(pk=answered.pk).update(status=ItemStatus.DONE)
+    locked, go_on = threading.Event(), threading.Event()
+    delete_rows = deletion.delete_rows
+
+    def delete_and_hold(rows):
+        counts = delete_rows(rows)
+        locked.set()  # the first batch (the adjudicated item) is deleted, not yet committed
+        go_on.wait(timeout=60)
+        return counts
+
+    monkeypatch.setattr(deletion, "delete_rows", delete_and_hold)
+    outcome: dict = {}
+    deleter = start_in_thread(outcome, "deletion", lambda: deletion.delete_matching(
+        doomed, lambda items: items.filter(pk__in=[adjudicated.pk, answered.pk]), through=answered.pk,
+        expected=2, batch=1))
+    assert locked.wait(timeout=60)
+    launcher = start_in_thread(outcome, "launch", lambda: services.launch(
+        doomed, base_version=doomed.current_version, held_out_fraction=0.0, enqueue=False))
+    wait_for_a_lock_wait(launcher)  # on the project's lock, before it reads any record
+    go_on.set()
+    deleter.join(timeout=60)
+    launcher.join(timeout=60)
+
+    job = outcome["launch"]
+    assert isinstance(job, TrainingJob), job
+    assert (job.train_records, job.train_adjudications) == ([kept_revision.pk], [])
+    assert isinstance(outcome["deletion"], deletion.ProjectBusy), outcome["deletion"]
+    assert f"training job {job.pk} is waiting" in str(outcome["deletion"])
+    assert list(doomed.items.order_by("pk").values_list("pk", flat=True)) == [answered.pk, untouched.pk]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_a_claim_next_that_waited_for_a_deletion_finds_nothing(reviewer, project_admin, monkeypatch) -> None:
     """A reviewer's held claim comes back first, locked: that lock waited for the deletion, and the claim the
     database function then wrote pointed at the deleted item, so claim-next failed when it committed."""
