@@ -306,6 +306,23 @@ def deletion_detail(request: HttpRequest, token: ApiToken, deletion_id: int) -> 
     return JsonResponse(deletion_json(row))
 
 
+@require_POST
+@token_required
+def deletion_stop(request: HttpRequest, token: ApiToken, deletion_id: int) -> JsonResponse:
+    """`POST /api/deletions/<id>/stop`: stop a deletion now (items deleted stay deleted); the deletion as
+    `GET` gives it, `STOPPED`. 409 once it has ended."""
+    row = _administered(token, ItemDeletion, deletion_id, defer=["item_ids"])
+    if row is None:
+        return _error(404, f"no deletion {deletion_id} that this token can reach")
+    try:
+        row = deletion.stop(row.pk, by=token.user)
+    except deletion.AlreadyOver as exc:
+        return _error(409, str(exc), state=exc.state)
+    except ItemDeletion.DoesNotExist:  # its project was deleted meanwhile
+        return _error(404, f"no deletion {deletion_id} that this token can reach")
+    return JsonResponse(deletion_json(row))
+
+
 def deletion_json(row: ItemDeletion) -> dict:
     return {"id": row.pk, "project": row.project.slug, "state": row.state, "filters": row.filters,
             "total": row.total, "deleted_items": row.deleted_items, "deleted": _rows_json(deletion.deleted_rows(row)),

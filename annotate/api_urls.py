@@ -21,4 +21,5 @@ urlpatterns = [
     path("projects/<slug:slug>/exports", api.create_export, name="exports"),
     path("exports/<int:export_id>", api.export_detail, name="export"),
     path("deletions/<int:deletion_id>", api.deletion_detail, name="deletion"),
+    path("deletions/<int:deletion_id>/stop", api.deletion_stop, name="deletion_stop"),
 ]

@@ -70,6 +70,18 @@ class CountChanged(Exception):
         self.found, self.expected = found, expected
 
 
+class AlreadyOver(Exception):
+    """The deletion asked to stop has already ended (`state`); nothing changed."""
+
+    def __init__(self, row: ItemDeletion):
+        super().__init__(f"this deletion has already ended ({row.get_state_display().lower()})")
+        self.state = row.state
+
+
+class _Stopped(Exception):
+    """Raised inside a batch's transaction when its deletion was stopped meanwhile: the batch is rolled back."""
+
+
 @dataclass(frozen=True)
 class Deleted:
     """What a deletion removed: rows per model, most first, and how many artifact directories."""
@@ -240,9 +252,11 @@ def run_deletion(deletion_id: int, batch: int = 5000) -> str:
         return _finish(row, DeletionState.FAILED, f"Its filters no longer apply ({exc}); nothing was deleted.")
 
     def written(rows: dict[type[models.Model], int]) -> None:
-        locked = ItemDeletion.objects.select_for_update().only("deleted").filter(pk=row.pk).first()
+        locked = ItemDeletion.objects.select_for_update().only("deleted", "state").filter(pk=row.pk).first()
         if locked is None:  # removed meanwhile (its project deleted): nothing to count into
             return
+        if locked.is_final:  # stopped by someone (`stop`) while this batch ran: undo it, the counts stay true
+            raise _Stopped
         merged = Counter(locked.deleted) + Counter({model._meta.label_lower: n for model, n in rows.items() if n})
         ItemDeletion.objects.filter(pk=row.pk).update(deleted=dict(merged), heartbeat_at=timezone.now(),
                                                       deleted_items=merged[Item._meta.label_lower])
@@ -251,7 +265,26 @@ def run_deletion(deletion_id: int, batch: int = 5000) -> str:
         delete_among(row.project, row.item_ids, filters.apply, batch=batch, on_batch=written)
     except ProjectBusy as exc:
         return _finish(row, DeletionState.STOPPED, f"Stopped: {'; '.join(exc.reasons)}.")
+    except _Stopped:
+        return DeletionState.STOPPED
     return _finish(row, DeletionState.SUCCEEDED)
+
+
+def stop(deletion_id: int, *, by) -> ItemDeletion:
+    """Stop deletion `deletion_id` now: it is STOPPED at once, and a batch a worker is deleting is rolled back
+    when it comes to write its progress, so what the row counts is what went. Items deleted stay deleted.
+
+    Raises `AlreadyOver` when it has ended; `ItemDeletion.DoesNotExist` when it is gone.
+    """
+    with transaction.atomic():
+        row = ItemDeletion.objects.select_for_update().defer("item_ids").get(pk=deletion_id)
+        if row.is_final:
+            raise AlreadyOver(row)
+        row.state, row.finished_at = DeletionState.STOPPED, timezone.now()
+        row.reason = f"Stopped{f' by {by}' if by is not None else ''}" + (
+            "." if row.deleted_items else " before any item was deleted.")
+        row.save(update_fields=["state", "finished_at", "reason"])
+    return row
 
 
 def deleted_rows(row: ItemDeletion) -> dict[type[models.Model], int]:

@@ -11,10 +11,10 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HTMX_STOP_POLLING, HttpResponseClientRedirect
 
@@ -134,18 +134,42 @@ def items_deletion(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     has ended, so the page stops polling."""
     project = access.admin_project(request, slug)
     row = get_object_or_404(ItemDeletion.objects.defer("item_ids"), pk=pk, project=project)  # polled: ids unread
-    given = {name: value for name, value in row.filters.items() if name in itemlist.FILTER_PARAMS}
-    rows = deletion.deleted_rows(row)
-    context = {"project": project, "deletion": row, "list_url": reverse("item_list", args=[project.slug]) + (
-        f"?{urlencode(given)}" if given else ""), "described": _described(given),
-        "rows": [(deletion.name(model, count), count) for model, count in rows.items()],
-        "deleted_text": deletion.counted(rows), "kept": max(0, row.total - row.deleted_items)}
     if not request.htmx:
-        return render(request, "annotate/items_deletion.html", context)
-    response = render(request, "annotate/_deletion_status.html", context)
+        return render(request, "annotate/items_deletion.html", _deletion_context(project, row))
+    response = render(request, "annotate/_deletion_status.html", _deletion_context(project, row))
     if row.is_final:
         response.status_code = HTMX_STOP_POLLING
     return response
+
+
+@require_POST
+@login_required
+def items_deletion_stop(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Stop a queued deletion: what went stays gone, nothing more goes. htmx gets the status, a form a redirect."""
+    project = access.admin_project(request, slug)
+    row = get_object_or_404(ItemDeletion.objects.defer("item_ids"), pk=pk, project=project)
+    try:
+        row = deletion.stop(row.pk, by=request.user)
+    except ItemDeletion.DoesNotExist:  # its project was deleted meanwhile
+        raise Http404("No such deletion.") from None
+    except deletion.AlreadyOver as exc:
+        messages.info(request, f"Nothing to stop: {exc}.")
+        row.refresh_from_db(fields=["state", "reason", "deleted_items", "deleted", "finished_at"])
+    else:
+        logger.info("project %s: deletion %s stopped by %s after %s items", project.slug, row.pk, request.user,
+                    row.deleted_items)
+    if request.htmx:
+        return render(request, "annotate/_deletion_status.html", _deletion_context(project, row))
+    return redirect("items_deletion", project.slug, row.pk)
+
+
+def _deletion_context(project, row: ItemDeletion) -> dict:
+    given = {name: value for name, value in row.filters.items() if name in itemlist.FILTER_PARAMS}
+    rows = deletion.deleted_rows(row)
+    return {"project": project, "deletion": row, "list_url": reverse("item_list", args=[project.slug]) + (
+        f"?{urlencode(given)}" if given else ""), "described": _described(given),
+        "rows": [(deletion.name(model, count), count) for model, count in rows.items()],
+        "deleted_text": deletion.counted(rows), "kept": max(0, row.total - row.deleted_items)}
 
 
 def _described(given: dict[str, str]) -> list[tuple[str, str]]:

@@ -4,6 +4,7 @@ sent twice or lost goes on where it ended, deleting nothing it did not count."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from django.utils import timezone
 
 from annotate import deletion, tasks
 from annotate.models import Answer, ApiToken, Item, ItemDeletion, Membership
+from tests.conftest import start_in_thread
 from trainingjobs.models import JobState, TrainingJob
 
 pytestmark = pytest.mark.django_db
@@ -224,6 +226,110 @@ def test_the_api_queues_it_and_says_how_it_goes(client, project, project_admin, 
     assert detail["deleted"] == {"items": 4, "predictions": 4, "answers": 1, "answer_revisions": 1, "claims": 1}
     reviewer_key = ApiToken.objects.issue(reviewer)[1]
     assert client.get(response["Location"], HTTP_AUTHORIZATION=f"Bearer {reviewer_key}").status_code == 404
+
+
+def _stop(client, row: ItemDeletion, **headers):
+    return client.post(reverse("items_deletion_stop", args=[row.project.slug, row.pk]), **headers)
+
+
+def test_a_waiting_deletion_stopped_from_its_page_deletes_nothing(client, project, project_admin, items,
+                                                                  queued) -> None:
+    row = deletion.queue_matching(project, _all(project), through=items[-1].pk, expected=4, user=project_admin)
+    client.force_login(project_admin)
+    assert 'id="deletion-stop">Stop deleting<' in _page(client, row).content.decode()
+
+    response = _stop(client, row, HTTP_HX_REQUEST="true")
+
+    text = response.content.decode()
+    assert response.status_code == 200 and 'id="deletion-state">Stopped<' in text
+    assert "Stopped by ada before any item was deleted." in text
+    assert "deletion-stop" not in text and "hx-trigger" not in text  # nothing left to stop or follow
+    assert tasks.delete_matching_items(row.pk) == "skipped"  # the worker that takes it later deletes nothing
+    assert project.items.count() == 4
+    assert _page(client, row, HTTP_HX_REQUEST="true").status_code == 286
+
+
+def test_stopping_without_javascript_redirects_to_the_page_and_says_when_it_had_ended(client, project,
+                                                                                      project_admin, items,
+                                                                                      queued) -> None:
+    row = deletion.queue_matching(project, _all(project), through=items[-1].pk, expected=4, user=project_admin)
+    client.force_login(project_admin)
+    page = reverse("items_deletion", args=[project.slug, row.pk])
+
+    assert _stop(client, row)["Location"] == page
+    again = client.post(reverse("items_deletion_stop", args=[project.slug, row.pk]), follow=True)
+
+    assert "Nothing to stop: this deletion has already ended (stopped)." in again.content.decode()
+    row.refresh_from_db()
+    assert row.state == "STOPPED" and row.reason == "Stopped by ada before any item was deleted."
+
+
+def test_only_the_projects_admins_stop_a_deletion(client, project, project_admin, reviewer, outsider, items,
+                                                 queued) -> None:
+    row = deletion.queue_matching(project, _all(project), through=items[-1].pk, expected=4, user=project_admin)
+
+    assert _stop(client, row).status_code == 302 and "/accounts/login/" in _stop(client, row)["Location"]
+    client.force_login(reviewer)
+    assert _stop(client, row).status_code == 403
+    client.force_login(outsider)
+    assert _stop(client, row).status_code == 404
+    client.force_login(project_admin)
+    assert client.get(reverse("items_deletion_stop", args=[project.slug, row.pk])).status_code == 405
+    row.refresh_from_db()
+    assert row.state == "PENDING"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_stopped_midway_the_batch_in_flight_is_undone_and_what_went_stays_gone(project, project_admin, items,
+                                                                               queued, monkeypatch) -> None:
+    """The stop commits at once; the batch a worker is deleting then finds its deletion stopped when it writes
+    its progress, and rolls back: the counts stay exactly what went."""
+    row = deletion.queue_matching(project, _all(project), through=items[-1].pk, expected=4, user=project_admin)
+    deleting, go_on = threading.Event(), threading.Event()
+    real, calls = deletion.delete_rows, []
+
+    def second_batch_waits(rows):
+        counts = real(rows)
+        calls.append(1)
+        if len(calls) == 2:
+            deleting.set()
+            go_on.wait(timeout=60)
+        return counts
+
+    monkeypatch.setattr(deletion, "delete_rows", second_batch_waits)
+    outcome: dict = {}
+    worker = start_in_thread(outcome, "worker", lambda: deletion.run_deletion(row.pk, batch=1))
+    assert deleting.wait(timeout=60)
+    stopped = deletion.stop(row.pk, by=project_admin)  # not held up by the batch: it has not written yet
+    go_on.set()
+    worker.join(timeout=60)
+
+    assert stopped.state == "STOPPED" and stopped.reason == "Stopped by ada."
+    assert outcome["worker"] == "STOPPED"
+    row.refresh_from_db()
+    assert (row.state, row.deleted_items, row.reason) == ("STOPPED", 1, "Stopped by ada.")
+    assert list(project.items.order_by("pk").values_list("pk", flat=True)) == [item.pk for item in items[1:]]
+    with pytest.raises(deletion.AlreadyOver, match=r"already ended \(stopped\)"):
+        deletion.stop(row.pk, by=project_admin)
+
+
+def test_the_api_stops_a_deletion(client, project, project_admin, reviewer, items, queued) -> None:
+    row = deletion.queue_matching(project, _all(project), through=items[-1].pk, expected=4, user=project_admin)
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {ApiToken.objects.issue(project_admin)[1]}"}
+    url = f"/api/deletions/{row.pk}/stop"
+    reviewer_key = ApiToken.objects.issue(reviewer)[1]
+
+    assert client.post(url, HTTP_AUTHORIZATION=f"Bearer {reviewer_key}").status_code == 404
+    assert client.get(url, **headers).status_code == 405
+    response = client.post(url, **headers)
+
+    assert response.status_code == 200
+    assert response.json()["state"] == "STOPPED" and response.json()["reason"] == "Stopped by ada before any item was deleted."
+    again = client.post(url, **headers)
+    assert again.status_code == 409 and again.json() == {
+        "error": "this deletion has already ended (stopped)", "state": "STOPPED"}
+    assert tasks.delete_matching_items(row.pk) == "skipped" and project.items.count() == 4
 
 
 def _all(project, **given):

@@ -182,3 +182,31 @@ def test_an_admin_deletes_the_items_a_search_matches(page, artifacts, team, monk
     assert page.locator("#items-empty").inner_text().startswith("No items match these filters.")
     assert not Item.objects.filter(pk__in=printer).exists() and Item.objects.count() == 34 - len(printer)
     page.screenshot(path=str(artifacts / "deleted.png"), full_page=True)
+
+
+def test_an_admin_stops_a_queued_deletion_with_the_keyboard(page, artifacts, team, monkeypatch) -> None:
+    """The stop button keeps its focus while the page polls, and Enter stops the deletion: nothing goes."""
+    from annotate import deletion, itemlist, tasks
+
+    project, items = team
+    monkeypatch.setattr(tasks.delete_matching_items, "delay_on_commit", lambda pk: None)  # no worker yet
+    filters = itemlist.ItemFilters.parse(project, {"q": "printer"})
+    count = len([item for item in items if "printer" in item.inputs["question"]])
+    row = deletion.queue_matching(project, filters, through=items[-1].pk, expected=count,
+                                  user=project.memberships.get(role=Role.ADMIN).user)
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/outages/items/deletions/{row.pk}/")
+    page.locator("#deletion-stop").focus()
+    page.evaluate("window.shown = document.getElementById('deletion-status')")
+    page.wait_for_function("document.getElementById('deletion-status') !== window.shown")  # a poll swapped it
+    assert page.evaluate("document.activeElement.id") == "deletion-stop"
+    page.screenshot(path=str(artifacts / "stoppable.png"), full_page=True)
+
+    page.keyboard.press("Enter")
+
+    reason = page.locator("#deletion-reason")
+    reason.wait_for()
+    assert reason.inner_text() == "Stopped by ada before any item was deleted."
+    assert page.locator("#deletion-state").inner_text() == "Stopped" and page.locator("#deletion-stop").count() == 0
+    page.screenshot(path=str(artifacts / "stopped.png"), full_page=True)
+    assert tasks.delete_matching_items(row.pk) == "skipped" and Item.objects.count() == 34
