@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from annotate import agreement
-from annotate.models import Answer, AnswerKind, Membership, Project, Role
+from annotate.models import Answer, AnswerKind, ItemDeletion, Membership, Project, Role
 from tests.annotate.conftest import make_ready_items
 from tests.e2e.conftest import PASSWORD, sign_in
 
@@ -38,10 +38,14 @@ def test_every_page_of_a_busy_project_fits_a_phone(page, artifacts, django_user_
         item.disagreement = agreement.item_disagreement(item)
         item.save(update_fields=["disagreement"])
 
+    under_way = ItemDeletion.objects.create(project=project, requested_by=ada, filters={"confidence_max": "0.2"},
+                                            item_ids=[items[0].pk, items[1].pk], total=2)  # no worker: it waits
+
     page.set_viewport_size({"width": 390, "height": 844})
     sign_in(page, "ada")
     for n, path in enumerate((*PAGES, f"projects/outages/items/{items[0].pk}/",
-                              f"projects/outages/items/{items[0].pk}/adjudicate/")):
+                              f"projects/outages/items/{items[0].pk}/adjudicate/",
+                              f"projects/outages/items/deletions/{under_way.pk}/")):
         page.goto(f"{page.base_url}/{path}")
         page.wait_for_load_state("networkidle")
         name = re.sub(r"[/?=]", "-", path.strip("/")) or "home"
