@@ -325,7 +325,8 @@ def test_the_api_stops_a_deletion(client, project, project_admin, reviewer, item
     response = client.post(url, **headers)
 
     assert response.status_code == 200
-    assert response.json()["state"] == "STOPPED" and response.json()["reason"] == "Stopped by ada before any item was deleted."
+    body = response.json()
+    assert body["state"] == "STOPPED" and body["reason"] == "Stopped by ada before any item was deleted."
     again = client.post(url, **headers)
     assert again.status_code == 409 and again.json() == {
         "error": "this deletion has already ended (stopped)", "state": "STOPPED"}
