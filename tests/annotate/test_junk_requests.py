@@ -114,42 +114,49 @@ def _send(client, verb: str, path: str, failures: list, who: str, **kwargs) -> N
         failures.append(f"{who} {verb.upper()} {path} {str(kwargs.get('data', ''))[:60]!r}: {response.status_code}")
 
 
-def test_no_junk_request_gets_a_server_error(client, django_user_model) -> None:
+@pytest.fixture
+def site(client, django_user_model) -> dict:
+    """The users, a project of each (tool, mode) whose item the reviewer holds, an admin's API token, the routes."""
     client.raise_request_exception = False  # a crash must show as the 500 a visitor would get
     admin = django_user_model.objects.create_user("ada", password="a-long-password", is_staff=True)
     reviewer = django_user_model.objects.create_user("rita", password="a-long-password")
     outsider = django_user_model.objects.create_user("olga", password="a-long-password")
-    made = [_project(tool, mode, admin, reviewer) for tool, mode in sorted(SAMPLES)]
     _, key = ApiToken.objects.issue(admin)
-    api = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
-    routes = list(_routes())
-    failures: list[str] = []
+    return {"users": {"outsider": outsider, "anonymous": None, "reviewer": reviewer, "admin": admin},
+            "made": [_project(tool, mode, admin, reviewer) for tool, mode in sorted(SAMPLES)],
+            "api": {"HTTP_AUTHORIZATION": f"Bearer {key}"}, "routes": list(_routes())}
 
-    # Every route of the first project, as each kind of visitor, for objects that exist and ids that do not. The
-    # admin goes last: its junk may remove the reviewer from the project, and that must not crash either.
-    project, item = made[0]
-    existing = _objects(project, item, admin, reviewer)
-    for who, user in (("outsider", outsider), ("anonymous", None), ("reviewer", reviewer), ("admin", admin)):
-        client.logout()
-        if user is not None:
-            client.force_login(user)
-        for route in routes:
-            for ident in (existing, 2**63 - 1):
-                path = _fill(route, project.slug, ident)
-                extra = api if path.startswith("/api/") else {"HTTP_HX_REQUEST": "true"}
-                for value in VALUES:
-                    _send(client, "get", path, failures, who, data=dict.fromkeys(QUERY_KEYS, value), **extra)
-                    _send(client, "post", path, failures, who, data=_form(value), **extra)
-                if path.startswith("/api/"):
-                    for body in BODIES:
-                        _send(client, "json", path, failures, who, method="POST", data=body,
-                              content_type="application/json", **api)
 
-    # Each mode's target editor and adjudication, given junk for the item the reviewer holds.
-    for project, item in made:
-        for who, user, names in (("reviewer", reviewer, ("item_submit", "item_skip")),
-                                 ("admin", admin, ("adjudicate", "item_submit"))):
-            client.force_login(user)
+@pytest.mark.parametrize("who", ["outsider", "anonymous", "reviewer", "admin"])
+def test_no_junk_request_gets_a_server_error(client, site, who) -> None:
+    """Every route of the first project, as each kind of visitor (one test each, so the test processes share
+    them), for objects that exist and ids that do not."""
+    users, api, failures = site["users"], site["api"], []
+    project, item = site["made"][0]
+    existing = _objects(project, item, users["admin"], users["reviewer"])
+    if users[who] is not None:
+        client.force_login(users[who])
+    for route in site["routes"]:
+        for ident in (existing, 2**63 - 1):
+            path = _fill(route, project.slug, ident)
+            extra = api if path.startswith("/api/") else {"HTTP_HX_REQUEST": "true"}
+            for value in VALUES:
+                _send(client, "get", path, failures, who, data=dict.fromkeys(QUERY_KEYS, value), **extra)
+                _send(client, "post", path, failures, who, data=_form(value), **extra)
+            if path.startswith("/api/"):
+                for body in BODIES:
+                    _send(client, "json", path, failures, who, method="POST", data=body,
+                          content_type="application/json", **api)
+
+    assert not failures, "\n".join(failures[:30])
+
+
+def test_no_junk_answer_or_adjudication_gets_a_server_error(client, site) -> None:
+    """Each mode's target editor and adjudication, given junk for the item the reviewer holds."""
+    users, routes, failures = site["users"], site["routes"], []
+    for project, item in site["made"]:
+        for who, names in (("reviewer", ("item_submit", "item_skip")), ("admin", ("adjudicate", "item_submit"))):
+            client.force_login(users[who])
             for name in names:
                 route = next(r for r in routes if r.endswith({"item_submit": "/submit/", "item_skip": "/skip/",
                                                               "adjudicate": "/adjudicate/submit/"}[name])
