@@ -23,7 +23,9 @@ it), and it measures:
 - `manage.py export_experience` of every answer of the export project (`--items` supervision records), run
   as a child process: wall time, and peak memory of it and the capture workers it forks (its RSS plus their
   own pages, sampled every 0.1 s; also its own peak RSS); goals <= 60 s and < 300 MB;
-- `manage.py import_items --no-predict` of a JSONL file of `--items` items: wall time; goal <= 60 s.
+- `manage.py import_items --no-predict` of a JSONL file of `--items` items: wall time; goal <= 60 s;
+- deleting the export project's answered items: the delete page's count, half in one call (the baseline) and
+  half as the site does (confirm, then the worker's batches with their progress writes), per-item ratio.
 
 `--items 2000` runs in about a minute; the README's figures are from the full 100,000-item run. The data
 directory (exports, gunicorn's log) is removed after a successful run; the database is kept for a look.
@@ -116,6 +118,7 @@ def main() -> None:
     if not args.pages_only:
         results.update(_export(env, data_dir))
         results.update(_import(env, data_dir, args.items))
+        results.update(_delete())
     _report(args, results)
     shutil.rmtree(data_dir, ignore_errors=True)
 
@@ -448,6 +451,40 @@ def _import(env: dict, data_dir: Path, count: int) -> dict:
     return {"import_s": seconds, "import_mb": rss_mb, "import_output": output}
 
 
+def _delete() -> dict:
+    """Delete the export project's answered items, after the export: the delete page's count of all of them, then
+    half inside one call (`deletion.delete_items`, the Django admin's path: the baseline) and the other half as
+    the site does (`queue_matching` counts and stores the ids; `run_deletion`, the worker's task, deletes them,
+    writing its progress with each batch). Both halves' rows were read by the count first."""
+    from django.contrib.auth import get_user_model
+
+    from annotate import deletion, itemlist
+    from annotate.models import Item, Project
+
+    project = Project.objects.get(slug=EXPORT)
+    started = time.perf_counter()
+    rows = deletion.item_summary(project.items.all())
+    page_s = time.perf_counter() - started
+    ids = list(project.items.order_by("pk").values_list("pk", flat=True))
+    half = ids[len(ids) // 2 - 1]
+    started = time.perf_counter()
+    direct = deletion.delete_items(project.items.filter(pk__lte=half))
+    direct_s = time.perf_counter() - started
+    rest = project.items.count()
+    started = time.perf_counter()
+    row = deletion.queue_matching(project, itemlist.ItemFilters.parse(project, {}), through=ids[-1], expected=rest,
+                                  user=get_user_model().objects.get(username="reviewer0"))
+    confirm_s = time.perf_counter() - started
+    started = time.perf_counter()
+    state = deletion.run_deletion(row.pk)
+    worker_s = time.perf_counter() - started
+    if state != "SUCCEEDED" or project.items.exists():
+        raise SystemExit(f"the deletion ended {state} with {project.items.count()} items left")
+    return {"delete_total": rows[Item], "delete_answers": sum(n for model, n in rows.items() if model is not Item),
+            "delete_page_s": page_s, "delete_direct": direct[Item], "delete_direct_s": direct_s,
+            "delete_queued": rest, "delete_confirm_s": confirm_s, "delete_worker_s": worker_s}
+
+
 # Runs a command's script and then reports its peak RSS. Read from inside: a child's `ru_maxrss` (wait4,
 # RUSAGE_CHILDREN) starts from the parent's RSS at fork on Linux, while VmHWM belongs to the child's own memory.
 _PEAK = """
@@ -559,6 +596,16 @@ def _report(args, r: dict) -> None:
          verdict(r["export_mb"] < GOALS["export_mb"])),
         (f"import of {args.items:,} items, wall", f"{r['import_s']:.1f} s", f"goal <= {GOALS['import_s']:.0f} s; "
          f"peak RSS {r['import_mb']:.0f} MB", verdict(r["import_s"] <= GOALS["import_s"])),
+    ]
+    direct_rate = r["delete_direct_s"] / r["delete_direct"]
+    rows += [
+        (f"delete page count of {r['delete_total']:,} answered items", f"{r['delete_page_s']:.2f} s",
+         f"{r['delete_answers']:,} rows go with them", ""),
+        (f"deleting {r['delete_direct']:,} of them in one call (baseline)", f"{r['delete_direct_s']:.1f} s",
+         "deletion.delete_items, the Django admin's path", ""),
+        (f"deleting {r['delete_queued']:,} of them as the site does", f"{r['delete_worker_s']:.1f} s",
+         f"{r['delete_worker_s'] / r['delete_queued'] / direct_rate:.2f}x the baseline per item, on the worker "
+         f"with its progress writes; confirming (count, store the ids) {r['delete_confirm_s']:.2f} s", ""),
     ]
     _print(args, rows)
     if r["submit_errors"]:
