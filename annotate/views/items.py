@@ -153,7 +153,8 @@ def items_deletion_stop(request: HttpRequest, slug: str, pk: int) -> HttpRespons
     except ItemDeletion.DoesNotExist:  # its project was deleted meanwhile
         raise Http404("No such deletion.") from None
     except deletion.AlreadyOver as exc:
-        messages.info(request, f"Nothing to stop: {exc}.")
+        if not request.htmx:  # htmx gets the status as it ended, which says so
+            messages.info(request, f"Nothing to stop: {exc}.")
         row.refresh_from_db(fields=["state", "reason", "deleted_items", "deleted", "finished_at"])
     else:
         logger.info("project %s: deletion %s stopped by %s after %s items", project.slug, row.pk, request.user,

@@ -262,6 +262,9 @@ def test_stopping_without_javascript_redirects_to_the_page_and_says_when_it_had_
     assert "Nothing to stop: this deletion has already ended (stopped)." in again.content.decode()
     row.refresh_from_db()
     assert row.state == "STOPPED" and row.reason == "Stopped by ada before any item was deleted."
+    late = _stop(client, row, HTTP_HX_REQUEST="true")  # a second tab: it gets the status as it ended
+    assert late.status_code == 200 and 'id="deletion-state">Stopped<' in late.content.decode()
+    assert "Nothing to stop" not in client.get(reverse("item_list", args=[project.slug])).content.decode()
 
 
 def test_only_the_projects_admins_stop_a_deletion(client, project, project_admin, reviewer, outsider, items,
