@@ -65,8 +65,8 @@ def pytest_xdist_auto_num_workers(config) -> int:
     named tests (`file.py::test`) none, whose start costs more than one test takes.
 
     Many tests wait on a browser, a Celery worker or a subprocess: with one process per core the 2-core
-    development machine ran the suite at 1.4 cores busy in 9 min 41 s; with three processes it took 8 min 5 s,
-    and with four 9 min 17 s (2026-12-03, the same 2,229 tests).
+    development machine ran the suite at 1.4 cores busy in 9 min 41 s and 9 min 59 s; with three processes it
+    took 8 min 5 s and 9 min 23 s, and with four 9 min 17 s (2026-12-03, the same 2,229 tests).
     """
     args = config.args
     if args and all("::" in arg for arg in args):
