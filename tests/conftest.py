@@ -7,6 +7,7 @@ line saying which and how to enable them; under CI (`CI=true`) nothing is skippe
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -122,24 +123,39 @@ def _artifact_dir(settings, tmp_path):
 
 @pytest.fixture(scope="session")
 def seeded_demo(tmp_path_factory) -> Path:
-    """A data folder seeded by `manage.py demo --no-serve` (SQLite), made once per run.
+    """A data folder seeded by `manage.py demo --no-serve` (SQLite), made once per run, whichever test processes
+    ask for it.
 
-    Seeding trains a small model for each demo project, about 25 s here. Tests that serve the demo copy this
+    Seeding trains a small model for each demo project, about 30 s here. Tests that serve the demo copy this
     folder (`copy_demo`) and run `manage.py demo` on the copy, which finds everything seeded and starts at once.
     This run is itself the newcomer's first one: an empty folder, the embedded defaults, the same command.
+
+    Under pytest-xdist the first process to ask seeds it in the run's shared temporary folder while the others
+    wait on a lock. Grouping the demo's tests onto one process (`--dist=loadgroup`) did this until pytest 9.2,
+    whose structured node ids pytest-xdist 3.8 no longer marks with the group (pytest-xdist issue 1386): the demo
+    was seeded in two processes.
     """
-    folder = tmp_path_factory.mktemp("seeded-demo") / "var"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TC_", "CELERY_", "DJANGO_", "PYTEST"))}
-    env.update(TC_DATA_DIR=str(folder), OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, "manage.py", "demo", "--no-serve"], cwd=Path(__file__).parent.parent,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's folder; each test process has its own folder inside it
+    folder, lock_path = shared / "seeded-demo" / "var", shared / "seeded-demo.lock"
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if (folder / ".seeded").exists():
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)  # a process that failed to seed left it half made
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TC_", "CELERY_", "DJANGO_", "PYTEST"))}
+        env.update(TC_DATA_DIR=str(folder), OMP_NUM_THREADS="1")
+        done = subprocess.run([sys.executable, "manage.py", "demo", "--no-serve"], cwd=Path(__file__).parent.parent,
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+        (folder / ".seeded").touch()
     return folder
 
 
 def copy_demo(seeded: Path, data_dir: Path) -> Path:
     """A copy of the seeded demo's data folder at `data_dir` (its database and model artifacts; no queue)."""
-    shutil.copytree(seeded, data_dir, ignore=shutil.ignore_patterns("broker"))
+    shutil.copytree(seeded, data_dir, ignore=shutil.ignore_patterns("broker", ".seeded"))
     return data_dir
 
 

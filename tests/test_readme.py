@@ -207,7 +207,6 @@ def site(tmp_path_factory, seeded_demo):
 
 
 @pytest.mark.integration
-@pytest.mark.xdist_group("demo")  # with every test of the seeded demo: one process, one seeding
 @pytest.mark.parametrize("block", SHELL_SITE, ids=_id)
 def test_site_example_runs_from_the_checkout(block, site) -> None:
     folder, env, port = site
@@ -217,7 +216,6 @@ def test_site_example_runs_from_the_checkout(block, site) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.xdist_group("demo")
 def test_demo_serves_and_ctrl_c_stops_server_and_worker(site) -> None:
     """Command one's promise: the printed address answers, and Ctrl-C stops the web server and the worker."""
     folder, env, _ = site  # seeded already: this run only starts the worker and the server

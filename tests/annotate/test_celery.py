@@ -80,7 +80,6 @@ def test_demo_help_lists_address_argument() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.xdist_group("demo")  # beside tests/test_readme.py's, in the process that seeds the demo
 def test_demo_serves_site_runs_tasks_and_stops_worker(tmp_path: Path, wait_until, seeded_demo) -> None:
     data_dir = copy_demo(seeded_demo, tmp_path / "data")  # seeding is tests/conftest.py's `seeded_demo`
     log = tmp_path / "demo.log"
