@@ -144,7 +144,7 @@ def delete_project(project: Project) -> Deleted:
         # answer's project key (FOR KEY SHARE); with the project locked first, each would wait for the other.
         _lock_items(project)
         # Then the project, which stops new rows pointing at it (a training job launched now) until this ends.
-        if not list(Project.objects.select_for_update().filter(pk=project.pk).values_list("pk", flat=True)):
+        if not Project.objects.lock(project.pk):
             return Deleted({}, 0)
         busy = blockers(project)  # read after the lock: a job launched before it is seen here
         if busy:
@@ -281,8 +281,7 @@ def stop(deletion_id: int, *, by) -> ItemDeletion:
         if row.is_final:
             raise AlreadyOver(row)
         row.state, row.finished_at = DeletionState.STOPPED, timezone.now()
-        row.reason = f"Stopped{f' by {by}' if by is not None else ''}" + (
-            "." if row.deleted_items else " before any item was deleted.")
+        row.reason = f"Stopped by {by}" + ("." if row.deleted_items else " before any item was deleted.")
         row.save(update_fields=["state", "finished_at", "reason"])
     return row
 
@@ -332,7 +331,7 @@ def _delete_batches(items: models.QuerySet, batch: int, on_batch: Callable[[dict
                 return
             if project is not None:
                 # Items first, then the project (as `delete_project` does): a job's launch waits for this batch.
-                list(Project.objects.select_for_update().filter(pk=project.pk).values_list("pk", flat=True))
+                Project.objects.lock(project.pk)
                 busy = blockers(project)
                 if busy:
                     raise ProjectBusy(project, busy, what=_items_of(project))

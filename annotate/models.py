@@ -36,6 +36,11 @@ class ProjectQuerySet(models.QuerySet):
             return self.all()
         return self.filter(memberships__user=user)
 
+    def lock(self, pk: int, *, no_key: bool = False) -> bool:
+        """Lock project `pk`'s row until the transaction ends; False if it is gone. What a deletion (FOR UPDATE)
+        and a training job's launch (`no_key`: new rows may still point at the project) take before they read."""
+        return bool(list(self.select_for_update(no_key=no_key).filter(pk=pk).values_list("pk", flat=True)))
+
     def administered_by(self, user) -> ProjectQuerySet:
         """Projects `user` may configure, import into and export from: all for staff, else admin memberships."""
         if not getattr(user, "is_authenticated", False):

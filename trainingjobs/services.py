@@ -54,7 +54,7 @@ def launch(
     with transaction.atomic():
         # The project first, as a deletion batch locks it before it deletes: a batch in flight commits before
         # the records are read, so the job never freezes ids of answers that batch takes away.
-        if not list(Project.objects.select_for_update(no_key=True).filter(pk=project.pk).values_list("pk")):
+        if not Project.objects.lock(project.pk, no_key=True):
             raise JobActionError("the project has been deleted")
         records = snapshot.select_records(project, filters)
         frozen = snapshot.split(records, values["held_out_fraction"], values["seed"])

@@ -134,9 +134,10 @@ def items_deletion(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     has ended, so the page stops polling."""
     project = access.admin_project(request, slug)
     row = get_object_or_404(ItemDeletion.objects.defer("item_ids"), pk=pk, project=project)  # polled: ids unread
+    context = _deletion_context(project, row)
     if not request.htmx:
-        return render(request, "annotate/items_deletion.html", _deletion_context(project, row))
-    response = render(request, "annotate/_deletion_status.html", _deletion_context(project, row))
+        return render(request, "annotate/items_deletion.html", context)
+    response = render(request, "annotate/_deletion_status.html", context)
     if row.is_final:
         response.status_code = HTMX_STOP_POLLING
     return response
