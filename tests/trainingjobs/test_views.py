@@ -46,6 +46,8 @@ def test_launch_form_shows_the_tool_kinds_defaults(client, admin, project) -> No
     form = response.context["form"]
     assert form["lr"].value() == 0.01 and form["optimizer"].value() == "adam"
     assert form["base_version"].value() == project.current_version_id
+    project_link = f'<a href="{reverse("project_detail", args=[project.slug])}">{project.name}</a>'
+    assert project_link in response.content.decode()  # the breadcrumbs lead back to the project
 
 
 def test_launch_creates_a_queued_job_and_opens_its_page(client, admin, project, reviewed, monkeypatch,
@@ -102,6 +104,10 @@ def test_job_page_shows_progress_curve_comparison_and_promote(client, admin, fin
     assert '<svg id="loss-curve"' in page and "<polyline" in page
     assert 'id="comparison"' in page and "Promote" in page
     assert finished.worker_host in page
+    project = finished.project
+    crumbs = (f'<a href="{reverse("project_detail", args=[project.slug])}">{project.name}</a></li>\n    '
+              f'<li><a href="{reverse("trainingjobs:project_jobs", args=[project.slug])}">Training</a>')
+    assert crumbs in page
 
 
 def test_cancel_through_htmx_returns_the_fragment(client, admin, job) -> None:
