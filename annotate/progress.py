@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.db.models import Count, Max
 from django.db.models.functions import TruncHour
 from django.utils import timezone
@@ -160,6 +161,47 @@ def project_progress(project: Project, *, now: datetime | None = None) -> Projec
         hourly=hourly,
         at=now,
     )
+
+
+# The item page's progress line (`glance`): a project of this many items or more has its counts shared for up to
+# GLANCE_SECONDS. Counting 100,000 items by status takes milliseconds, and every item a reviewer opens asks for
+# the line again; below this a project is counted afresh, so a submit shows at once where one is a visible step.
+GLANCE_CACHED_FROM = 10_000
+GLANCE_SECONDS = 30
+
+
+@dataclass
+class Glance:
+    """What a reviewer sees beside an item's title: their finished answers today, the project's items finished."""
+
+    today: int
+    finished: int
+    total: int
+    counted_at: datetime
+
+    @property
+    def percent(self) -> float:
+        return round(100 * self.finished / self.total, 1) if self.total else 0.0
+
+
+def glance(project: Project, user, *, now: datetime | None = None) -> Glance:
+    """The reviewer's final answers in `project` since midnight (UTC), and the project's items finished of all.
+
+    Two statements, each an index range: the reviewer's answers today (`answer_latest_final`) and the items by
+    status (counted afresh below `GLANCE_CACHED_FROM` items, else shared for `GLANCE_SECONDS`).
+    """
+    now = now or timezone.now()
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    today = Answer.objects.filter(project=project, reviewer=user, updated_at__gte=midnight,
+                                  kind__in=FINAL_KINDS).count()
+    key = f"annotate:glance:{project.pk}"
+    counted = cache.get(key)
+    if counted is None:
+        counts = dict(project.items.order_by().values_list("status").annotate(n=Count("id")))
+        counted = (sum(counts.get(s, 0) for s in (ItemStatus.DONE, ItemStatus.SKIPPED)), sum(counts.values()), now)
+        if counted[1] >= GLANCE_CACHED_FROM:
+            cache.set(key, counted, GLANCE_SECONDS)
+    return Glance(today, *counted)
 
 
 def bars(values: list[int], width: float = 100.0) -> list[dict]:

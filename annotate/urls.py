@@ -40,6 +40,7 @@ urlpatterns = [
     path(project + "items/deletions/<int:pk>/", items.items_deletion, name="items_deletion"),
     path(project + "items/deletions/<int:pk>/stop/", items.items_deletion_stop, name="items_deletion_stop"),
     path(project + "progress/", progress.progress, name="project_progress"),
+    path(project + "progress/mine/", progress.my_progress, name="my_progress"),
     path(project + "progress/agreement/", progress.progress_agreement, name="progress_agreement"),
     path(project + "items/<int:pk>/", review.item_detail, name="item_detail"),
     path(project + "items/<int:pk>/trace/", review.item_trace, name="item_trace"),

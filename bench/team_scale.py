@@ -338,7 +338,8 @@ def _server_times(base: str, seeded: dict, rounds: int) -> dict:
     """
     baseline = f"/bench/baseline/{seeded['baseline_item']}/"
     signed_in = f"/bench/baseline-signed-in/{seeded['baseline_item']}/"
-    times: dict[str, list[float]] = {"baseline": [], "signed_in": [], "claim_next": [], "item_page": []}
+    times: dict[str, list[float]] = {"baseline": [], "signed_in": [], "claim_next": [], "item_page": [],
+                                     "progress_line": []}
     for k, visitor in enumerate(seeded["visitors"]):
         session = Session(base, visitor)
         base_reply = _check(session.request("GET", baseline), "baseline")
@@ -348,19 +349,23 @@ def _server_times(base: str, seeded: dict, rounds: int) -> dict:
         if not item_url:
             raise SystemExit("claim-next returned no item: the review queue is empty; raise --items")
         page = _check(session.request("GET", item_url), "item page")
+        # The progress line the item page asks for once shown: the project's counts, shared for 30 s at this size.
+        line = _check(session.request("GET", f"/projects/{REVIEW}/progress/mine/", htmx=True), "progress line")
         session.conn.close()
         if k >= 10:  # the first requests warm both workers
             times["baseline"].append(base_reply.server_ms)
             times["signed_in"].append(signed_in_reply.server_ms)
             times["claim_next"].append(claim.server_ms)
             times["item_page"].append(page.server_ms)
+            times["progress_line"].append(line.server_ms)
     # The same page for the reviewer who gave every answer of the export project: what they gave elsewhere
     # must not slow their pages here (the workspace looks up their latest answer in this project).
     veteran = Session(base, seeded["users"][0])
     times["veteran_page"] = [_check(veteran.request("GET", f"/projects/{REVIEW}/items/{seeded['baseline_item']}/"),
                                     "item page, veteran").server_ms for _ in range(max(20, rounds // 4))][10:]
     veteran.conn.close()
-    return {f"{name}_p50_ms": statistics.median(values) for name, values in times.items()}
+    return {**{f"{name}_p50_ms": statistics.median(values) for name, values in times.items()},
+            "progress_line_max_ms": max(times["progress_line"])}
 
 
 def _item_list(base: str, seeded: dict, rounds: int) -> dict:
@@ -568,6 +573,8 @@ def _report(args, r: dict) -> None:
          verdict(r["item_page_p50_ms"] <= GOALS["ratio"] * base)),
         (f"item page p50, reviewer with {args.items:,} answers elsewhere", f"{r['veteran_page_p50_ms']:.1f} ms",
          f"{r['veteran_page_p50_ms'] / r['item_page_p50_ms']:.1f}x a new reviewer's item page", ""),
+        ("item page's progress line p50, server (asked for after the page)", f"{r['progress_line_p50_ms']:.1f} ms",
+         f"slowest {r['progress_line_max_ms']:.1f} ms (counting the items afresh, at most every 30 s)", ""),
     ]
     if "submit_p99_ms" not in r:  # --pages-only
         _print(args, rows)

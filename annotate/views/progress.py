@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from annotate import agreement
-from annotate.progress import project_progress
+from annotate.progress import GLANCE_CACHED_FROM, GLANCE_SECONDS, glance, project_progress
 from annotate.views import access
 
 PROGRESS_CACHE_SECONDS = 30
@@ -52,3 +52,14 @@ def progress_agreement(request: HttpRequest, slug: str) -> HttpResponse:
     context = {"project": project, "report": report, "is_admin": project.is_admin(request.user)}
     template = "annotate/_progress_agreement.html" if request.htmx else "annotate/progress_agreement.html"
     return render(request, template, context)
+
+
+@require_GET
+@login_required
+def my_progress(request: HttpRequest, slug: str) -> HttpResponse:
+    """The item page's progress line, which the page asks for once it is shown (and again with each item it
+    swaps in), so counting never slows the item itself."""
+    project = access.member_project(request, slug)
+    context = {"glance": glance(project, request.user), "cached_from": GLANCE_CACHED_FROM,
+               "cache_seconds": GLANCE_SECONDS}
+    return render(request, "annotate/_my_progress.html", context)

@@ -88,3 +88,50 @@ def test_chart_geometry() -> None:
     assert [c["height"] for c in columns([0, 5, 10], ["a", "b", "c"])] == [0.0, 20.0, 40.0]
     assert sparkline([0, 2, 1], width=10, height=10) == "0.0,10.0 5.0,0.0 10.0,5.0"
     assert sparkline([]) == ""
+
+
+def test_glance_counts_the_reviewers_final_answers_today_and_the_projects_finished_items(
+        project, reviewer, second_reviewer) -> None:
+    from annotate.models import Membership, Project
+    from annotate.progress import glance
+
+    other_project = Project.objects.create(slug="other", name="Other", tool="decision", mode="rank",
+                                           configuration=project.configuration)
+    Membership.objects.create(project=other_project, user=reviewer)
+
+    items = make_ready_items(project, [0.1] * 6)
+    answer(items[0], reviewer, AnswerKind.TARGET, NOW.replace(hour=0, minute=0))  # today, at midnight
+    answer(items[1], reviewer, AnswerKind.SKIP, NOW.replace(minute=0))
+    answer(items[2], reviewer, AnswerKind.DRAFT, NOW.replace(minute=1))  # a draft is not finished
+    answer(items[3], reviewer, AnswerKind.TARGET, NOW.replace(hour=0, minute=0) - timedelta(seconds=1))  # yesterday
+    answer(items[4], second_reviewer, AnswerKind.TARGET, NOW)  # someone else's
+    (elsewhere,) = make_ready_items(other_project, [0.1])
+    answer(elsewhere, reviewer, AnswerKind.TARGET, NOW)  # another project's
+    Item.objects.filter(pk__in=[items[0].pk, items[3].pk]).update(status=ItemStatus.DONE)
+    Item.objects.filter(pk=items[1].pk).update(status=ItemStatus.SKIPPED)
+
+    seen = glance(project, reviewer, now=NOW)
+
+    assert (seen.today, seen.finished, seen.total, seen.percent) == (2, 3, 6, 50.0)
+
+
+def test_glance_counts_a_small_project_afresh_and_shares_a_large_ones_counts(project, reviewer,
+                                                                             monkeypatch) -> None:
+    from django.core.cache import cache
+
+    from annotate import progress
+
+    cache.delete(f"annotate:glance:{project.pk}")
+    items = make_ready_items(project, [0.1] * 3)
+    assert progress.glance(project, reviewer).finished == 0
+    Item.objects.filter(pk=items[0].pk).update(status=ItemStatus.DONE)
+    assert progress.glance(project, reviewer).finished == 1  # small: counted again at once
+
+    monkeypatch.setattr(progress, "GLANCE_CACHED_FROM", 3)
+    assert progress.glance(project, reviewer).finished == 1  # counted, and now kept
+    Item.objects.filter(pk=items[1].pk).update(status=ItemStatus.DONE)
+    try:
+        assert progress.glance(project, reviewer).finished == 1  # shared for GLANCE_SECONDS
+    finally:
+        cache.delete(f"annotate:glance:{project.pk}")
+    assert progress.glance(project, reviewer).finished == 2

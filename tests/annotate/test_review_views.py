@@ -454,3 +454,46 @@ def test_trace_is_hidden_from_non_members(client, reviewer, django_user_model) -
     client.force_login(django_user_model.objects.create_user("outsider", password="x"))
 
     assert client.get(reverse("item_trace", args=[project.slug, item.pk])).status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_item_page_loads_the_reviewers_progress_line_after_it_is_shown(client, project, reviewer,
+                                                                           outsider) -> None:
+    from django.core.cache import cache
+
+    cache.clear()
+    first, second = ready_items(project, [0.1, 0.2])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+    url = reverse("my_progress", args=[project.slug])
+    page = client.get(reverse("item_detail", args=[project.slug, first.pk])).content.decode()
+    assert f'hx-get="{url}" hx-trigger="load"' in page  # asked for once shown, not counted with the item
+
+    before = client.get(url, **HX).content.decode()
+    assert "<strong>0</strong> by you today · 0 of 2 items finished" in before
+    swapped = client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "db"}, **HX)
+    assert f'hx-get="{url}"' in swapped.content.decode()  # the next item asks again
+    after = client.get(url, **HX).content.decode()
+    assert "<strong>1</strong> by you today · 1 of 2 items finished" in after
+    assert 'value="1" max="2"' in after
+
+    client.logout()
+    assert client.get(url).status_code == 302  # to the sign-in page
+    client.force_login(outsider)
+    assert client.get(url).status_code == 404
+    assert client.post(url).status_code == 405
+
+
+@pytest.mark.django_db
+def test_a_skipped_item_opened_again_shows_its_reason_in_the_skip_box(client, project, reviewer) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+    client.post(reverse("item_skip", args=[project.slug, first.pk]), {"reason": "unreadable"}, **HX)
+
+    back = client.get(reverse("item_detail", args=[project.slug, first.pk]), **HX).content.decode()
+    assert 'placeholder="e.g. inputs are unreadable" value="unreadable"' in back
+    undone = client.post(reverse("review_undo", args=[project.slug]), **HX).content.decode()
+    assert "Undone" in undone and 'value="unreadable"' in undone  # a skip undone keeps its reason to edit
+    fresh = client.get(reverse("item_detail", args=[project.slug, second.pk]), **HX).content.decode()
+    assert 'placeholder="e.g. inputs are unreadable">' in fresh

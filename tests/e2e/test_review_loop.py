@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 from django.contrib.auth import get_user_model
+from playwright.sync_api import expect
 
 from annotate import imports, tooling
 from annotate.models import Answer, AnswerKind, Item, ItemStatus, Membership, ModelVersion, Project, Role
@@ -170,6 +171,8 @@ def test_import_label_skip_back_undo_export_and_load(page, artifacts, users, eag
     start_reviewing(page, project)
     url_before = page.url
     first = current_item(page)
+    # The progress line loads once the item is shown, and again with each item swapped in.
+    expect(page.locator("#my-progress")).to_contain_text("0 by you today · 0 of 4 items finished")
     page.screenshot(path=str(artifacts / "item-page.png"), full_page=True)
     page.keyboard.press("g")  # how the model got here: the traced steps load when the panel opens
     page.locator("#trace-body .trace-table").wait_for()
@@ -182,6 +185,7 @@ def test_import_label_skip_back_undo_export_and_load(page, artifacts, users, eag
     assert page.url != url_before  # the address follows the item (hx-push-url)
     second = current_item(page)
     assert page.title().startswith(f"Item {second} ·")
+    expect(page.locator("#my-progress")).to_contain_text("1 by you today · 1 of 4 items finished")
 
     page.keyboard.press("s")
     page.keyboard.type("Inputs are unclear")
@@ -189,8 +193,9 @@ def test_import_label_skip_back_undo_export_and_load(page, artifacts, users, eag
     third = current_item(page)
     assert Answer.objects.get(item_id=second, reviewer=reviewer).skip_reason == "Inputs are unclear"
 
-    page.keyboard.press("b")  # back to the skipped item
+    page.keyboard.press("b")  # back to the skipped item, its reason in the skip box
     page.wait_for_function(f"document.getElementById('workspace').dataset.item === '{second}'")
+    expect(page.locator("#skip-reason")).to_have_value("Inputs are unclear")
     page.keyboard.press("ArrowLeft")  # and back once more, to the first
     page.wait_for_function(f"document.getElementById('workspace').dataset.item === '{first}'")
     assert page.locator("input[name=choice]").first.is_checked()
