@@ -1,0 +1,171 @@
+/* What a reviewer types in the workspace is kept in this browser until the server has it.
+ *
+ * A form with data-draft="<key>" (the answer editor, the skip box, an admin's fix of an item's inputs; the key
+ * names the user and the item) writes its fields to localStorage under "tc-draft:<key>" on every change. When
+ * the same form is shown again before the server took it (the page reloaded, the tab was closed and opened
+ * again, the reviewer went back or away and returned), the fields come back, with a note and a button that
+ * discards them. The entry goes when htmx swaps the workspace after that form's request, because then the
+ * server kept it (submitted, skipped, kept as a draft); an answer refused in place keeps it. Entries older than
+ * a week are dropped, and signing out drops them all. Without localStorage or JavaScript the page works as it
+ * did: only this safety net is missing.
+ */
+(function () {
+  "use strict";
+
+  var PREFIX = "tc-draft:";
+  var MAX_AGE_MS = 7 * 24 * 3600 * 1000;
+
+  function storage() {
+    try {
+      return window.localStorage;
+    } catch (e) {  // blocked by the browser's settings
+      return null;
+    }
+  }
+
+  function keyOf(form) {
+    return PREFIX + form.dataset.draft;
+  }
+
+  function fire(el, type) {
+    el.dispatchEvent(new Event(type, { bubbles: true }));
+  }
+
+  // The fields a reviewer can change, by position (the same item renders the same form) and name.
+  function fieldsOf(form) {
+    var fields = [];
+    Array.prototype.forEach.call(form.elements, function (el, index) {
+      if (!el.name || /^(hidden|submit|button|reset|file)$/.test(el.type)) return;
+      var entry = { index: index, name: el.name };
+      if (el.type === "checkbox" || el.type === "radio") entry.checked = el.checked;
+      else entry.value = el.value;
+      fields.push(entry);
+    });
+    return fields;
+  }
+
+  function save(form) {
+    var store = storage();
+    if (!store) return;
+    try {
+      store.setItem(keyOf(form), JSON.stringify({ at: Date.now(), fields: fieldsOf(form) }));
+    } catch (e) {
+      // Storage full or refused: what the reviewer submits still reaches the server.
+    }
+  }
+
+  function discard(form, note) {
+    form.reset();  // back to what the server rendered
+    Array.prototype.forEach.call(form.elements, function (el) {
+      if (el.tagName === "TEXTAREA") fire(el, "input");  // the text editor's diff follows
+    });
+    var store = storage();
+    if (store) store.removeItem(keyOf(form));  // after the events above, which save
+    note.remove();
+  }
+
+  function showNote(form) {
+    var note = document.createElement("p");
+    note.className = "message message-info small draft-restored";
+    note.setAttribute("role", "status");
+    note.textContent = "Restored what you typed here and had not sent yet. ";
+    var button = document.createElement("button");
+    button.type = "button";
+    button.className = "outline secondary compact";
+    button.textContent = "Discard it";
+    button.addEventListener("click", function () { discard(form, note); });
+    note.append(button);
+    form.parentNode.insertBefore(note, form);
+  }
+
+  function restore(form) {
+    if (form.dataset.draftSeen) return;  // once per form shown: a later swap elsewhere must not undo typing
+    form.dataset.draftSeen = "1";
+    var store = storage();
+    var raw = store && store.getItem(keyOf(form));
+    if (!raw) return;
+    var kept;
+    try {
+      kept = JSON.parse(raw);
+    } catch (e) {
+      store.removeItem(keyOf(form));
+      return;
+    }
+    var restored = false;
+    (kept.fields || []).forEach(function (entry) {
+      var el = form.elements[entry.index];
+      if (!el || el.name !== entry.name) return;  // the form changed since: leave that field as served
+      if ("checked" in entry) {
+        if (el.checked === entry.checked) return;
+        el.checked = entry.checked;
+        fire(el, "change");
+      } else {
+        if (el.value === entry.value) return;
+        el.value = entry.value;
+        fire(el, "input");
+      }
+      var details = el.closest("details");
+      if (details) details.open = true;  // a restored split shows its shares
+      restored = true;
+    });
+    if (restored) showNote(form);
+    else store.removeItem(keyOf(form));  // nothing differs from what the server has
+  }
+
+  function restoreAll() {
+    document.querySelectorAll("form[data-draft]").forEach(restore);
+  }
+
+  function dropOld() {
+    var store = storage();
+    if (!store) return;
+    var now = Date.now();
+    for (var i = store.length - 1; i >= 0; i--) {
+      var key = store.key(i);
+      if (!key || key.indexOf(PREFIX) !== 0) continue;
+      var at = 0;
+      try {
+        at = JSON.parse(store.getItem(key)).at || 0;
+      } catch (e) { /* unreadable: dropped below */ }
+      if (now - at > MAX_AGE_MS) store.removeItem(key);
+    }
+  }
+
+  function onEdit(event) {
+    var form = event.target && event.target.form;
+    if (form && form.dataset.draft) save(form);
+  }
+  document.addEventListener("input", onEdit);
+  document.addEventListener("change", onEdit);
+
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var elt = event.detail.requestConfig && event.detail.requestConfig.elt;
+    var target = event.detail.target;
+    // The workspace is swapped only when the server took the form; a refused answer goes to the editor's
+    // error slot instead, and a failed request swaps nothing.
+    // Every form of that item goes: an answer typed and then skipped is not brought back.
+    var store = storage();
+    if (store && elt && elt.dataset && elt.dataset.draft && target && target.id === "workspace") {
+      target.querySelectorAll("form[data-draft]").forEach(function (form) { store.removeItem(keyOf(form)); });
+    }
+    restoreAll();
+  });
+
+  // Signing out leaves nothing typed behind on a shared computer.
+  document.addEventListener("submit", function (event) {
+    if (!event.target.matches("form[data-drafts-clear]")) return;
+    var store = storage();
+    if (!store) return;
+    for (var i = store.length - 1; i >= 0; i--) {
+      var key = store.key(i);
+      if (key && key.indexOf(PREFIX) === 0) store.removeItem(key);
+    }
+  });
+
+  function start() {
+    dropOld();
+    restoreAll();
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

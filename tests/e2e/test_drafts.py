@@ -1,0 +1,100 @@
+"""Nothing typed is lost before the server has it (static/drafts.js): the answer editor and the skip box keep what
+a reviewer typed in the browser across a reload or a visit elsewhere, until the server takes it or it is
+discarded; signing out leaves none of it behind."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from annotate.models import Answer, AnswerKind, Item
+from tests.e2e.conftest import sign_in
+from tests.e2e.test_item_pages import reviewer, sample_item  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEPT = "Object.keys(localStorage).filter(k => k.startsWith('tc-draft:')).length"
+
+
+def test_typed_text_survives_a_reload_and_a_visit_elsewhere_until_it_is_submitted(page, artifacts,
+                                                                                 reviewer) -> None:  # noqa: F811
+    project, item = sample_item(reviewer, "chatbot", "reply")
+    sign_in(page, "rita")
+    url = f"{page.base_url}/projects/{project.slug}/items/{item.pk}/"
+    page.goto(url)
+    page.keyboard.press("t")
+    page.keyboard.press("End")
+    page.keyboard.type(", up again")
+
+    page.reload()
+    expect(page.locator("#target-text")).to_have_value("yes it is, up again")
+    expect(page.locator(".draft-restored")).to_contain_text("Restored what you typed here and had not sent yet.")
+    assert page.locator("#text-diff ins").inner_text() == ", up again"  # the diff follows the restored text
+    page.screenshot(path=str(artifacts / "restored.png"), full_page=True)
+
+    page.get_by_role("button", name="Discard it").click()
+    expect(page.locator("#target-text")).to_have_value("yes it is")
+    expect(page.locator(".draft-restored")).to_have_count(0)
+    page.reload()
+    expect(page.locator("#target-text")).to_have_value("yes it is")
+    assert page.evaluate(KEPT) == 0
+
+    page.keyboard.press("t")
+    page.keyboard.press("End")
+    page.keyboard.type(" now")
+    page.get_by_role("link", name="Projects").click()
+    page.get_by_text(project.name).wait_for()
+    page.goto(url)
+    expect(page.locator("#target-text")).to_have_value("yes it is now")
+    page.locator("#target-text").focus()
+    page.keyboard.press("Enter")  # submits: the server has it, so nothing is kept
+    page.get_by_text("Nothing left to review").wait_for()
+    assert Answer.objects.get(item=item).target == "yes it is now"
+    assert page.evaluate(KEPT) == 0
+    page.goto(url)
+    expect(page.locator(".draft-restored")).to_have_count(0)
+
+
+def test_a_chosen_candidate_and_a_skip_reason_come_back_and_signing_out_forgets_them(page, reviewer) -> None:  # noqa: F811
+    project, item = sample_item(reviewer, "decision", "rank")
+    sign_in(page, "rita")
+    url = f"{page.base_url}/projects/{project.slug}/items/{item.pk}/"
+    page.goto(url)
+    page.keyboard.press("2")
+    page.keyboard.press("s")
+    page.keyboard.type("needs an expert")
+
+    page.reload()
+    expect(page.locator("input[name=choice]").nth(1)).to_be_checked()
+    expect(page.locator("#skip-reason")).to_have_value("needs an expert")
+    expect(page.locator(".draft-restored")).to_have_count(2)  # one note per form
+
+    page.get_by_role("button", name="Sign out").click()
+    assert page.evaluate(KEPT) == 0
+    sign_in(page, "rita")
+    page.goto(url)
+    expect(page.locator("input[name=choice]").nth(1)).not_to_be_checked()
+    expect(page.locator(".draft-restored")).to_have_count(0)
+
+
+def test_an_answer_refused_in_place_is_still_kept_and_a_skip_forgets_the_typed_answer(page, reviewer) -> None:  # noqa: F811
+    project, item = sample_item(reviewer, "decision", "rank")
+    sign_in(page, "rita")
+    url = f"{page.base_url}/projects/{project.slug}/items/{item.pk}/"
+    page.goto(url)
+    page.locator("#share-0").evaluate("el => { el.closest('details').open = true; }")
+    page.locator("input[name=split]").check()
+    page.locator("#share-0").fill("0")  # no positive share: refused by the server, in the editor's error slot
+    page.locator("#target-form button[type=submit]").click()
+    expect(page.locator("#editor-error")).to_contain_text("Give at least one candidate a positive share.")
+    assert page.evaluate(KEPT) == 1  # the server refused it: still kept
+
+    page.reload()
+    expect(page.locator("input[name=split]")).to_be_checked()
+    expect(page.locator("#share-0")).to_have_value("0")
+    page.locator("#skip-reason").fill("unreadable")
+    page.locator("#skip-form button[type=submit]").click()
+    page.get_by_text("Nothing left to review").wait_for()
+    assert Answer.objects.get(item=item).kind == AnswerKind.SKIP
+    assert page.evaluate(KEPT) == 0  # the skip took the item: the typed answer goes with it
+    assert Item.objects.get(pk=item.pk).status == "skipped"
