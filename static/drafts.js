@@ -1,7 +1,7 @@
 /* What a reviewer types in the workspace is kept in this browser until the server has it.
  *
- * A form with data-draft="<key>" (the answer editor, the skip box, an admin's fix of an item's inputs; the key
- * names the user and the item) writes its fields to localStorage under "tc-draft:<key>" on every change. When
+ * A form with data-draft="<key>" (the answer editor, the skip box, an admin's fix of an item's inputs or the
+ * target an admin writes when adjudicating; the key names the user and the item) writes its fields to localStorage under "tc-draft:<key>" on every change. When
  * the same form is shown again before the server took it (the page reloaded, the tab was closed and opened
  * again, the reviewer went back or away and returned), the fields come back, with a note and a button that
  * discards them. The entry goes when htmx swaps the workspace after that form's request, because then the
@@ -143,9 +143,11 @@
     var target = event.detail.target;
     // The workspace is swapped only when the server took the form; a refused answer goes to the editor's
     // error slot instead, and a failed request swaps nothing.
-    // Every form of that item goes: an answer typed and then skipped is not brought back.
+    // Every form of that item goes: an answer typed and then skipped is not brought back. A form marked
+    // data-draft-settles (an adjudication's "Pick this") settles the item without being kept itself.
     var store = storage();
-    if (store && elt && elt.dataset && elt.dataset.draft && target && target.id === "workspace") {
+    var settles = elt && elt.dataset && (elt.dataset.draft || elt.hasAttribute("data-draft-settles"));
+    if (store && settles && target && target.id === "workspace") {
       target.querySelectorAll("form[data-draft]").forEach(function (form) { store.removeItem(keyOf(form)); });
     }
     restoreAll();

@@ -14,6 +14,7 @@ import zipfile
 
 import pytest
 from django.contrib.auth import get_user_model
+from playwright.sync_api import expect
 
 from annotate import tasks
 from annotate.models import Adjudication, Answer, AnswerKind, Item, ItemStatus, Membership, ModelVersion, Project, Role
@@ -136,8 +137,15 @@ def test_two_reviewers_disagree_and_the_admin_adjudicates_with_the_keyboard(team
     admin.get_by_role("link", name=f"Item {first}").click()
     admin.wait_for_selector(f"#workspace[data-item='{first}']")
     admin.screenshot(path=str(artifacts / "adjudication.png"), full_page=True)
+    # A note typed in "write it yourself" survives a reload (static/drafts.js); picking a target forgets it.
+    admin.keyboard.press("w")
+    admin.locator("#adjudicate-note").fill("both read the log")
+    admin.reload()
+    expect(admin.locator("#adjudicate-note")).to_have_value("both read the log")
+    expect(admin.locator(".draft-restored")).to_be_visible()
     admin.keyboard.press("2")
     admin.locator("#adjudicated-badge").wait_for()
+    assert admin.evaluate("Object.keys(localStorage).filter(k => k.startsWith('tc-draft:')).length") == 0
     assert "adjudicated: picked sam's answer" in admin.locator("#messages").inner_text()
     admin.screenshot(path=str(artifacts / "adjudicated.png"), full_page=True)
     adjudication = Adjudication.objects.get(item_id=first)
