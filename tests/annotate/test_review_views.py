@@ -304,6 +304,7 @@ def test_empty_queue_says_so(client, project, reviewer) -> None:
     response = client.post(reverse("review_next", args=[project.slug]), **HX)
 
     assert "Nothing left to review" in response.content.decode()
+    assert f'hx-get="{reverse("my_progress", args=[project.slug])}"' in response.content.decode()  # the day's count
 
 
 @pytest.mark.django_db

@@ -214,6 +214,7 @@ def test_import_label_skip_back_undo_export_and_load(page, artifacts, users, eag
     page.keyboard.press("2")
     page.keyboard.press("Enter")
     page.get_by_text("Nothing left to review").wait_for()
+    expect(page.locator("#my-progress")).to_contain_text("4 by you today · 4 of 4 items finished")
     page.screenshot(path=str(artifacts / "queue-empty.png"), full_page=True)
     assert Answer.objects.filter(item__project=project, kind=AnswerKind.TARGET).count() == 4
     page.get_by_role("button", name="Sign out").click()
