@@ -120,6 +120,14 @@ def test_project_page_links_to_items_and_progress(client, project, reviewer) -> 
     page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
 
     assert items_url(project) in page and reverse("project_progress", args=[project.slug]) in page
+    assert 'id="my-items"' not in page  # nothing answered yet: no list of one's own items
+
+    (item,) = make_ready_items(project, [0.1])
+    _answer(item, reviewer, AnswerKind.DRAFT, timezone.now())
+    page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
+    assert f'id="my-items" href="{items_url(project, "?reviewer=rita")}"' in page
+    listed = client.get(items_url(project, "?reviewer=rita")).content.decode()
+    assert f'href="{reverse("item_detail", args=[project.slug, item.pk])}"' in listed
 
 
 def _answer(item, user, kind, when):
