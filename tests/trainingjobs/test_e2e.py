@@ -69,7 +69,7 @@ def test_admin_launches_watches_and_promotes_a_job(live_server, browser_page, pr
     page.wait_for_selector(".state[data-state=SUCCEEDED]")
     # "Job N queued." is outside the polled fragment; the polls that saw the job move on swapped it away.
     page.wait_for_function("() => document.querySelector('#messages').textContent.trim() === ''")
-    page.screenshot(path=str(SHOTS / "job-succeeded.png"))
+    page.screenshot(path=str(SHOTS / "job-succeeded.png"), full_page=True)
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED
     assert page.locator("#comparison").is_visible()

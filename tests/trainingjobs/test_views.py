@@ -104,6 +104,10 @@ def test_job_page_shows_progress_curve_comparison_and_promote(client, admin, fin
     assert '<svg id="loss-curve"' in page and "<polyline" in page
     assert 'id="comparison"' in page and "Promote" in page
     assert finished.worker_host in page
+    # A held-out loss near zero keeps its digits (it read "0.0000" beside the base's "0.5617").
+    metrics = {**finished.metrics, "new": {**finished.metrics["new"], "loss": 3.2e-05}}
+    TrainingJob.objects.filter(pk=finished.pk).update(metrics=metrics)
+    assert ">3.2e-05</td>" in client.get(reverse("trainingjobs:job", args=[finished.pk])).content.decode()
     project = finished.project
     crumbs = (f'<a href="{reverse("project_detail", args=[project.slug])}">{project.name}</a></li>\n    '
               f'<li><a href="{reverse("trainingjobs:project_jobs", args=[project.slug])}">Training</a>')
@@ -234,6 +238,10 @@ def test_a_long_jobs_curve_reads_a_sample_of_its_steps(client, admin, job) -> No
     response = client.get(reverse("trainingjobs:job", args=[job.pk]), **HTMX)
 
     assert response.context["curve"].count <= MAX_POINTS and response.context["curve"].last_step == 5 * MAX_POINTS
+    # 1/n falls from 1 to 1/2000: drawn on a log scale, which the heading says, with a line per power of ten.
+    page = response.content.decode()
+    assert "Training loss <span" in page and "(log scale)</span>" in page
+    assert page.count('stroke-dasharray="2 3"') == 3 and all(f">{p}</text>" in page for p in ("0.1", "0.01", "0.001"))
 
 
 LAUNCH = {"epochs": 2, "lr": 0.05, "optimizer": "adam", "held_out_fraction": 0.25, "minibatch_size": 4, "seed": 0,
