@@ -1,5 +1,5 @@
 /* Keyboard shortcuts for the item workspace, the live diff of the text editor, and small toggles; also the
- * lease's countdown, the members list's find box, and what a failed htmx request says (the server's reason).
+ * lease's countdown, the find boxes of the members list and the projects page, and what a failed htmx request says (the server's reason).
  *
  * The page declares its shortcuts in HTML: an element with data-shortcut="k" (several keys separated by
  * spaces) is clicked (buttons, links, radios, checkboxes) or focused (text fields) when k is pressed outside a
@@ -256,6 +256,18 @@
     });
     var none = document.getElementById(box.id + "-none");
     if (none) none.hidden = shown > 0;
+  });
+  // With data-open-first, Enter in such a box follows the first link of the first row still shown.
+  document.addEventListener("keydown", function (event) {
+    var box = event.target;
+    if (event.key !== "Enter" || !box.matches || !box.matches("[data-filter-rows][data-open-first]")) return;
+    var rows = Array.prototype.filter.call(document.querySelectorAll(box.dataset.filterRows),
+                                           function (row) { return !row.hidden; });
+    var link = rows.length && rows[0].querySelector("a[href]");
+    if (link) {
+      event.preventDefault();
+      link.click();
+    }
   });
 
   // The CSRF token as it is now: signing in again (in another tab, after a session ended) rotates it, and the

@@ -54,6 +54,12 @@ def test_home_lists_members_projects_with_progress(client, project, reviewer, ou
     assert "Outages" in page and "Hidden project" not in page
     assert "0 of 2 items finished" in page
     assert reverse("review_next", args=[project.slug]) in page
+    assert 'id="project-filter"' not in page  # a find box only where there are many projects
+
+    for n in range(6):
+        more = Project.objects.create(slug=f"more-{n}", name=f"More {n}", tool="decision", mode="rank")
+        Membership.objects.create(project=more, user=reviewer, role=Role.REVIEWER)
+    assert 'id="project-filter"' in client.get(reverse("home")).content.decode()
 
 
 @pytest.mark.django_db
