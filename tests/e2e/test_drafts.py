@@ -8,20 +8,31 @@ import pytest
 from playwright.sync_api import expect
 
 from annotate.models import Answer, AnswerKind, Item
-from tests.e2e.conftest import sign_in
-from tests.e2e.test_item_pages import reviewer, sample_item  # noqa: F401 (fixture)
+from tests.e2e.conftest import PASSWORD, sign_in
+from tests.e2e.test_item_pages import sample_item
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 KEPT = "Object.keys(localStorage).filter(k => k.startsWith('tc-draft:')).length"
 
 
-def test_typed_text_survives_a_reload_and_a_visit_elsewhere_until_it_is_submitted(page, artifacts,
-                                                                                 reviewer) -> None:  # noqa: F811
-    project, item = sample_item(reviewer, "chatbot", "reply")
+@pytest.fixture
+def reviewer(django_user_model):
+    return django_user_model.objects.create_user("rita", password=PASSWORD)
+
+
+def open_item(page, user, tool: str, mode: str) -> tuple[Item, str]:
+    """Sign in as `user`, who holds the sample item of `tool`/`mode`, and open its page; (item, its address)."""
+    project, item = sample_item(user, tool, mode)
     sign_in(page, "rita")
     url = f"{page.base_url}/projects/{project.slug}/items/{item.pk}/"
     page.goto(url)
+    return item, url
+
+
+def test_typed_text_survives_a_reload_and_a_visit_elsewhere_until_it_is_submitted(page, artifacts,
+                                                                                 reviewer) -> None:
+    item, url = open_item(page, reviewer, "chatbot", "reply")
     page.keyboard.press("t")
     page.keyboard.press("End")
     page.keyboard.type(", up again")
@@ -43,7 +54,7 @@ def test_typed_text_survives_a_reload_and_a_visit_elsewhere_until_it_is_submitte
     page.keyboard.press("End")
     page.keyboard.type(" now")
     page.get_by_role("link", name="Projects").click()
-    page.get_by_text(project.name).wait_for()
+    page.get_by_text("Chatbot reply").wait_for()
     page.goto(url)
     expect(page.locator("#target-text")).to_have_value("yes it is now")
     page.locator("#target-text").focus()
@@ -55,11 +66,8 @@ def test_typed_text_survives_a_reload_and_a_visit_elsewhere_until_it_is_submitte
     expect(page.locator(".draft-restored")).to_have_count(0)
 
 
-def test_a_chosen_candidate_and_a_skip_reason_come_back_and_signing_out_forgets_them(page, reviewer) -> None:  # noqa: F811
-    project, item = sample_item(reviewer, "decision", "rank")
-    sign_in(page, "rita")
-    url = f"{page.base_url}/projects/{project.slug}/items/{item.pk}/"
-    page.goto(url)
+def test_a_chosen_candidate_and_a_skip_reason_come_back_and_signing_out_forgets_them(page, reviewer) -> None:
+    item, url = open_item(page, reviewer, "decision", "rank")
     page.keyboard.press("2")
     page.keyboard.press("s")
     page.keyboard.type("needs an expert")
@@ -77,11 +85,8 @@ def test_a_chosen_candidate_and_a_skip_reason_come_back_and_signing_out_forgets_
     expect(page.locator(".draft-restored")).to_have_count(0)
 
 
-def test_an_answer_refused_in_place_is_still_kept_and_a_skip_forgets_the_typed_answer(page, reviewer) -> None:  # noqa: F811
-    project, item = sample_item(reviewer, "decision", "rank")
-    sign_in(page, "rita")
-    url = f"{page.base_url}/projects/{project.slug}/items/{item.pk}/"
-    page.goto(url)
+def test_an_answer_refused_in_place_is_still_kept_and_a_skip_forgets_the_typed_answer(page, reviewer) -> None:
+    item, url = open_item(page, reviewer, "decision", "rank")
     page.locator("#share-0").evaluate("el => { el.closest('details').open = true; }")
     page.locator("input[name=split]").check()
     page.locator("#share-0").fill("0")  # no positive share: refused by the server, in the editor's error slot
