@@ -143,6 +143,7 @@ def test_two_reviewers_disagree_and_the_admin_adjudicates_with_the_keyboard(team
     admin.reload()
     expect(admin.locator("#adjudicate-note")).to_have_value("both read the log")
     expect(admin.locator(".draft-restored")).to_be_visible()
+    admin.screenshot(path=str(artifacts / "adjudication-restored.png"), full_page=True)
     admin.keyboard.press("2")
     admin.locator("#adjudicated-badge").wait_for()
     assert admin.evaluate("Object.keys(localStorage).filter(k => k.startsWith('tc-draft:')).length") == 0
