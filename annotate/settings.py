@@ -21,6 +21,16 @@ ALLOWED_HOSTS = envconfig.csv("ALLOWED_HOSTS", "127.0.0.1,localhost")
 # Behind a proxy that ends HTTPS, Django sees plain HTTP while browsers send `Origin: https://...`, so every POST
 # would fail the CSRF origin check: list the site's public origins here (https://annotate.example.org).
 CSRF_TRUSTED_ORIGINS = envconfig.csv("CSRF_TRUSTED_ORIGINS", "")
+# TC_HTTPS: browsers reach the site over HTTPS only, directly or through a proxy that ends HTTPS and sets
+# X-Forwarded-Proto (and removes one a client sent). Then cookies are sent over HTTPS only, plain HTTP is
+# redirected, and HSTS is sent for TC_HSTS_SECONDS (0, off, unless set: browsers remember it, so it is the
+# operator's choice once HTTPS works).
+TC_HTTPS = envconfig.flag("TC_HTTPS", default=False)
+if TC_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("TC_HSTS_SECONDS", 0))
 CSRF_FAILURE_VIEW = "annotate.views.errors.csrf_failure"
 
 TC_DATA_DIR = Path(os.environ.get("TC_DATA_DIR", BASE_DIR / "var")).resolve()

@@ -238,3 +238,31 @@ def test_pages_name_the_site_icon_and_the_browsers_default_address_leads_to_it(c
     response = client.get("/favicon.ico")
     assert response.status_code == 301 and response["Location"] == "/static/favicon.svg"
     assert (settings.BASE_DIR / "static" / "favicon.svg").read_text().startswith("<svg")
+
+
+def test_tc_https_makes_cookies_secure_redirects_plain_http_and_passes_the_deploy_check() -> None:
+    """`manage.py check --deploy` names what a site served over HTTPS must set; `TC_HTTPS=1` sets it all, and
+    HSTS only with `TC_HSTS_SECONDS` (browsers remember it)."""
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_ALLOW_ASYNC_UNSAFE"}  # browser tests'
+    env.update(DJANGO_SETTINGS_MODULE="annotate.settings", DEBUG="0", TC_CACHE_URL="",
+               SECRET_KEY="a-deployment-key-long-and-random-enough-" + "x" * 30)
+
+    def deploy_check(**extra) -> str:
+        done = subprocess.run([sys.executable, "manage.py", "check", "--deploy"], env={**env, **extra},
+                              capture_output=True, text=True, cwd=settings.BASE_DIR)
+        return done.stdout + done.stderr
+
+    plain = deploy_check()
+    for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert warning in plain
+    https = deploy_check(TC_HTTPS="1")
+    assert "security.W004" in https and "W008" not in https and "W012" not in https and "W016" not in https
+    hsts = deploy_check(TC_HTTPS="1", TC_HSTS_SECONDS="31536000")
+    # Left: the hints to extend HSTS to subdomains and the preload list, which only the operator can weigh.
+    assert "security.W004" not in hsts and "ERRORS" not in hsts and "W005" in hsts
+
+    code = ("import django; django.setup(); from django.conf import settings as s; "
+            "print(s.SECURE_PROXY_SSL_HEADER, s.SECURE_SSL_REDIRECT, s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE)")
+    done = subprocess.run([sys.executable, "-c", code], env={**env, "TC_HTTPS": "yes"}, capture_output=True,
+                          text=True, check=True, cwd=settings.BASE_DIR)
+    assert done.stdout.strip() == "('HTTP_X_FORWARDED_PROTO', 'https') True True True"
