@@ -45,6 +45,8 @@ class ProjectForm(forms.ModelForm):
         model = Project
         fields = ["name", "slug", "guidelines", "overlap", "lease_seconds"]
         widgets = {"guidelines": forms.Textarea(attrs={"rows": 6})}
+        help_texts = {"guidelines": "Markdown: **bold**, *italic*, lists (- or 1.), [links](https://...), "
+                                    "# headings and | tables |. HTML is shown as text."}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

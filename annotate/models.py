@@ -85,6 +85,13 @@ class Project(models.Model):
     def __str__(self) -> str:
         return self.name or self.slug
 
+    @property
+    def guidelines_html(self):
+        """The guidelines rendered from Markdown (`annotate.guidelines`)."""
+        from annotate import guidelines
+
+        return guidelines.to_html(self.guidelines)
+
     def clean(self) -> None:
         from annotate import tooling
 
