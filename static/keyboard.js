@@ -66,6 +66,34 @@
     activate(el);
   }
 
+  // A table with data-row-keys (the item list): j and k move a highlighted row, o or Enter opens its first link.
+  // Registered before the handler below, which leaves alone a key this one took.
+  document.addEventListener("keydown", function (event) {
+    var table = document.querySelector("table[data-row-keys]");
+    if (!table || event.defaultPrevented || event.isComposing || event.ctrlKey || event.metaKey || event.altKey
+        || isTyping(event.target) || !table.tBodies.length) return;
+    var rows = Array.prototype.slice.call(table.tBodies[0].rows);
+    var current = table.querySelector("tbody tr.is-current");
+    if ((event.key === "j" || event.key === "k") && rows.length) {
+      var index = rows.indexOf(current);  // -1 before the first move: j and k both start at the top
+      index = event.key === "j" ? Math.min(rows.length - 1, index + 1) : Math.max(0, index - 1);
+      if (current) {
+        current.classList.remove("is-current");
+        current.removeAttribute("aria-current");
+      }
+      rows[index].classList.add("is-current");
+      rows[index].setAttribute("aria-current", "true");
+      rows[index].scrollIntoView({ block: "nearest" });
+      event.preventDefault();
+    } else if ((event.key === "o" || event.key === "Enter") && current && !/^(A|BUTTON|SUMMARY)$/.test(event.target.tagName)) {
+      var link = current.querySelector("a[href]");
+      if (link) {
+        event.preventDefault();
+        link.click();
+      }
+    }
+  });
+
   document.addEventListener("keydown", function (event) {
     if (event.defaultPrevented || event.isComposing) return;
     var ws = workspace();

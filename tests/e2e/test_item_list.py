@@ -135,6 +135,17 @@ def test_filters_errors_empty_state_and_pages(page, artifacts, team) -> None:
     page.wait_for_url(re.compile(r"before="))
     assert row_ids(page) == seen[last_page_start - PAGE:last_page_start]
 
+    # j and k walk the rows of the swapped-in page, o opens the one highlighted.
+    for key in "jjjk":
+        page.locator("body").press(key)
+    current = page.locator("#item-results tbody tr.is-current")
+    assert current.count() == 1 and current.get_attribute("aria-current") == "true"
+    chosen = seen[last_page_start - PAGE + 1]  # the second row
+    assert current.locator("a").first.inner_text() == f"#{chosen}"
+    page.screenshot(path=str(artifacts / "item-list-row-keys.png"))
+    page.locator("body").press("o")
+    page.wait_for_url(f"{page.base_url}/projects/{project.slug}/items/{chosen}/")
+
 
 def test_progress_page_draws_its_charts(page, artifacts, team) -> None:
     project, _ = team
