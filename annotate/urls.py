@@ -16,6 +16,7 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", pages.home, name="home"),
     path("projects/new/", projects.project_create, name="project_create"),
+    path("guidelines/preview/", projects.guidelines_preview, name="guidelines_preview"),
     path(project, pages.project_detail, name="project_detail"),
     path(project + "settings/", projects.project_settings, name="project_settings"),
     path(project + "delete/", projects.project_delete, name="project_delete"),

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from annotate import deletion, progress, tasks
+from annotate import deletion, guidelines, progress, tasks
 from annotate.forms import MemberForm, ProjectDeleteForm, ProjectForm, VersionForm
 from annotate.models import Claim, Item, ItemStatus, Membership, ModelVersion, Role
 from annotate.views import access
@@ -57,6 +57,23 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
         messages.success(request, "Project settings saved.")
         return redirect("project_settings", slug=project.slug)
     return render(request, "annotate/project_form.html", _settings_context(project, form=form))
+
+
+@require_POST
+@login_required
+def guidelines_preview(request: HttpRequest) -> HttpResponse:
+    """The guidelines being typed on a project's form, rendered as reviewers will see them (an htmx fragment).
+
+    For those who may write guidelines: staff and project admins, who are the ones who may create projects.
+    """
+    if not access.can_create_projects(request.user):
+        raise PermissionDenied("Only staff and project admins write guidelines.")
+    text = request.POST.get("guidelines", "")
+    if len(text) > guidelines.CACHED_UP_TO:
+        return render(request, "annotate/_guidelines_preview.html",
+                      {"error": f"Guidelines longer than {guidelines.CACHED_UP_TO:,} characters are not previewed."},
+                      status=400)
+    return render(request, "annotate/_guidelines_preview.html", {"html": guidelines.to_html(text) if text else ""})
 
 
 @require_POST

@@ -63,3 +63,25 @@ def test_the_item_and_project_pages_show_the_guidelines_rendered(client, project
     for url in (reverse("item_detail", args=[project.slug, item.pk]), reverse("project_detail", args=[project.slug])):
         page = client.get(url).content.decode()
         assert '<div class="guidelines"><p>Pick the <strong>cause</strong>.</p>\n<ul>\n<li>not the symptom</li>' in page
+
+
+@pytest.mark.django_db
+def test_the_preview_renders_what_an_admin_types_and_is_theirs_alone(client, project, project_admin,
+                                                                     reviewer) -> None:
+    url = reverse("guidelines_preview")
+    client.force_login(project_admin)
+
+    page = client.post(url, {"guidelines": "Pick the **cause**."}, HTTP_HX_REQUEST="true").content.decode()
+    assert '<div id="guidelines-preview" class="guidelines"' in page and "<strong>cause</strong>" in page
+    assert "Nothing to preview yet" in client.post(url, {"guidelines": ""}).content.decode()
+    too_long = client.post(url, {"guidelines": "x" * (guidelines.CACHED_UP_TO + 1)})
+    assert too_long.status_code == 400 and "are not previewed" in too_long.content.decode()
+    assert client.get(url).status_code == 405
+
+    settings_page = client.get(reverse("project_settings", args=[project.slug])).content.decode()
+    assert f'hx-post="{url}" hx-include="#id_guidelines"' in settings_page
+
+    client.force_login(reviewer)  # a reviewer admins no project: writes no guidelines
+    assert client.post(url, {"guidelines": "x"}).status_code == 403
+    client.logout()
+    assert client.post(url, {"guidelines": "x"}).status_code == 302

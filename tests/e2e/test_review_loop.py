@@ -258,7 +258,12 @@ def test_admin_creates_project_and_adds_a_reviewer(page, artifacts, users, djang
     page.get_by_label("Name").fill("Outage causes")
     page.get_by_label("Slug").fill("outage-causes")
     page.get_by_label("Tool and mode").select_option("decision/rank")
-    page.get_by_label("Guidelines").fill("Pick the cause the log supports.")
+    page.get_by_label("Guidelines").fill("Pick the **cause** the log supports.\n\n1. Read the log.\n2. Pick.")
+    page.get_by_text("Preview, as reviewers see it").click()  # rendered by the server as it is typed
+    expect(page.locator("#guidelines-preview strong")).to_have_text("cause")
+    page.get_by_label("Guidelines").press("End")
+    page.get_by_label("Guidelines").type("\n3. Submit.")
+    expect(page.locator("#guidelines-preview ol li")).to_have_count(3)
     page.get_by_label("Tool configuration (JSON)").fill('{"dim": 8, "buckets": 64}')
     page.screenshot(path=str(artifacts / "project-create.png"), full_page=True)
     page.get_by_role("button", name="Create project").click()
