@@ -39,6 +39,7 @@ def item_list(request: HttpRequest, slug: str) -> HttpResponse:
                        values={**itemlist.ItemFilters().values(), **exc.values})
     else:
         results = itemlist.page(project, filters, size=itemlist.PAGE_SIZE)
+        itemlist.mark_own(results.rows, request.user)
         context.update(page=results, values=filters.values(), filters=filters)
         if results.rows and project.is_admin(request.user):
             query = filters.query_string(sort="")

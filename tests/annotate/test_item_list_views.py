@@ -259,3 +259,25 @@ def test_progress_charts_only_what_happened_and_groups_a_large_rate(client, proj
     busy = client.get(url).content.decode()
     assert 'id="daily-title"' in busy
     assert '<td class="num">1,500</td>' in busy  # the rate: 1,500 finished in one active hour, not "1500.0"
+
+
+def test_the_list_shows_each_viewer_their_own_answer_to_each_item(client, project, reviewer, second_reviewer) -> None:
+    answered, skipped, drafted, untouched = make_ready_items(project, [0.1, 0.2, 0.3, 0.4])
+    now = timezone.now()
+    _answer(answered, reviewer, AnswerKind.TARGET, now)
+    _answer(skipped, reviewer, AnswerKind.SKIP, now)
+    _answer(drafted, reviewer, AnswerKind.DRAFT, now)
+    _answer(untouched, second_reviewer, AnswerKind.TARGET, now)  # someone else's answer is not "yours"
+    client.force_login(reviewer)
+
+    rows = client.get(items_url(project), **HX).content.decode().split("<tr>")[2:]
+
+    def own(item) -> str:
+        (row,) = [r for r in rows if f"/items/{item.pk}/" in r]
+        return row.rsplit("<td>", 1)[1]
+
+    assert 'badge-target">answered' in own(answered) and 'badge-skip">skipped' in own(skipped)
+    assert 'badge-draft">draft' in own(drafted) and "badge" not in own(untouched)
+    client.force_login(second_reviewer)
+    assert 'badge-target">answered' in client.get(items_url(project), **HX).content.decode().split(
+        f"/items/{untouched.pk}/")[1].split("</tr>")[0]
