@@ -402,8 +402,10 @@ def test_admin_sees_each_reviewers_progress(client, project, project_admin, revi
 
     page = client.get(reverse("project_detail", args=[project.slug])).content.decode()
 
-    assert "<tr><td>rita</td><td>2</td><td>0</td><td>0</td>" in page
-    assert "<tr><td>sam</td><td>0</td><td>1</td><td>0</td>" in page
+    items = reverse("item_list", args=[project.slug])
+    assert (f'<tr><td><a href="{items}?reviewer=rita" title="The items rita answered, skipped or left as drafts">'
+            "rita</a></td><td>2</td><td>0</td><td>0</td>") in page  # each name opens their items
+    assert ">sam</a></td><td>0</td><td>1</td><td>0</td>" in page
 
 
 @pytest.mark.django_db
