@@ -148,6 +148,7 @@ def test_progress_page_shows_status_counts_and_reviewer_figures(client, project,
     page = client.get(reverse("project_progress", args=[project.slug])).content.decode()
     assert "Items by status" in page and "<svg" in page
     assert ">rita<" in page and ">sam<" in page
+    assert f'<a href="{items_url(project, "?reviewer=sam")}">sam</a>' in page  # a name opens their items
     assert reverse("progress_agreement", args=[project.slug]) in page
 
     client.force_login(reviewer)
