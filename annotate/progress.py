@@ -184,14 +184,16 @@ class Glance:
         return round(100 * self.finished / self.total, 1) if self.total else 0.0
 
 
-def glance(project: Project, user, *, now: datetime | None = None) -> Glance:
-    """The reviewer's final answers in `project` since midnight (UTC), and the project's items finished of all.
+def glance(project: Project, user, *, now: datetime | None = None, utc_offset: int = 0) -> Glance:
+    """The reviewer's final answers in `project` since their midnight, and the project's items finished of all.
 
+    `utc_offset`: the reviewer's minutes east of UTC (their browser's), so "today" starts at their midnight.
     Two statements, each an index range: the reviewer's answers today (`answer_latest_final`) and the items by
     status (counted afresh below `GLANCE_CACHED_FROM` items, else shared for `GLANCE_SECONDS`).
     """
     now = now or timezone.now()
-    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    shift = timedelta(minutes=utc_offset)
+    midnight = (now + shift).replace(hour=0, minute=0, second=0, microsecond=0) - shift
     today = Answer.objects.filter(project=project, reviewer=user, updated_at__gte=midnight,
                                   kind__in=FINAL_KINDS).count()
     key = f"annotate:glance:{project.pk}"

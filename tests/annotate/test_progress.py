@@ -135,3 +135,16 @@ def test_glance_counts_a_small_project_afresh_and_shares_a_large_ones_counts(pro
     finally:
         cache.delete(f"annotate:glance:{project.pk}")
     assert progress.glance(project, reviewer).finished == 2
+
+
+def test_glance_starts_the_reviewers_day_at_their_own_midnight(project, reviewer) -> None:
+    from annotate.progress import glance
+
+    items = make_ready_items(project, [0.1] * 3)
+    answer(items[0], reviewer, AnswerKind.TARGET, NOW.replace(hour=4, minute=59))  # 23:59 the day before in UTC-5
+    answer(items[1], reviewer, AnswerKind.TARGET, NOW.replace(hour=5, minute=0))  # 00:00 in UTC-5
+    answer(items[2], reviewer, AnswerKind.TARGET, NOW.replace(hour=14, minute=30))  # 00:30 the next day in UTC+10
+
+    assert glance(project, reviewer, now=NOW).today == 3  # UTC: all three on March 10
+    assert glance(project, reviewer, now=NOW, utc_offset=-300).today == 2  # 10:30 in New York
+    assert glance(project, reviewer, now=NOW, utc_offset=600).today == 1  # 01:30 on March 11 in Sydney
