@@ -11,7 +11,6 @@ import functools
 import logging
 from collections.abc import Callable
 
-from django.db.models import Count
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -94,7 +93,7 @@ def _json_body(request: HttpRequest, limit: int, too_large: str = ""):
 
 
 def project_json(project: Project) -> dict:
-    counts = dict(project.items.values_list("status").annotate(n=Count("id")).order_by())
+    counts = project.item_counts()
     return {
         "slug": project.slug,
         "name": project.name,

@@ -19,7 +19,7 @@ from django.db import models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from annotate import storage
+from annotate import guidelines, storage
 
 
 class Role(models.TextChoices):
@@ -88,9 +88,11 @@ class Project(models.Model):
     @property
     def guidelines_html(self):
         """The guidelines rendered from Markdown (`annotate.guidelines`)."""
-        from annotate import guidelines
-
         return guidelines.to_html(self.guidelines)
+
+    def item_counts(self) -> dict[str, int]:
+        """The project's items by status (statuses without items left out), from the (project, status) index."""
+        return dict(self.items.order_by().values_list("status").annotate(n=models.Count("id")))
 
     def clean(self) -> None:
         from annotate import tooling
@@ -254,6 +256,9 @@ class ItemStatus(models.TextChoices):
         """(status, label, items) per status in order, from `counts` by status; "refused" only where some are."""
         return [(value, label, counts.get(value, 0)) for value, label in cls.choices
                 if value != cls.REFUSED or counts.get(value)]
+
+
+FINISHED_STATUSES = (ItemStatus.DONE, ItemStatus.SKIPPED)  # an item no reviewer needs to see again
 
 
 class ItemQuerySet(models.QuerySet):

@@ -27,7 +27,7 @@ from django.db.models import Count, Max
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from annotate.models import FINAL_KINDS, Answer, AnswerKind, ItemStatus, Project
+from annotate.models import FINAL_KINDS, FINISHED_STATUSES, Answer, AnswerKind, ItemStatus, Project
 
 DAYS = 14
 HOURS = 24
@@ -75,7 +75,7 @@ class ProjectProgress:
 
     @property
     def finished(self) -> int:
-        return sum(n for status, _, n in self.counts if status in (ItemStatus.DONE, ItemStatus.SKIPPED))
+        return sum(n for status, _, n in self.counts if status in FINISHED_STATUSES)
 
     @property
     def active_reviewers(self) -> int:
@@ -119,7 +119,7 @@ def project_progress(project: Project, *, now: datetime | None = None) -> Projec
     days = [today - timedelta(days=DAYS - 1 - k) for k in range(DAYS)]
     hours = [hour_start - timedelta(hours=HOURS - 1 - k) for k in range(HOURS)]
 
-    counts = dict(project.items.order_by().values_list("status").annotate(n=Count("id")))
+    counts = project.item_counts()
     answers = Answer.objects.filter(project=project).order_by()
 
     by_id: dict[int, ReviewerProgress] = {}
@@ -199,8 +199,8 @@ def glance(project: Project, user, *, now: datetime | None = None, utc_offset: i
     key = f"annotate:glance:{project.pk}"
     counted = cache.get(key)
     if counted is None:
-        counts = dict(project.items.order_by().values_list("status").annotate(n=Count("id")))
-        counted = (sum(counts.get(s, 0) for s in (ItemStatus.DONE, ItemStatus.SKIPPED)), sum(counts.values()), now)
+        counts = project.item_counts()
+        counted = (sum(counts.get(s, 0) for s in FINISHED_STATUSES), sum(counts.values()), now)
         if counted[1] >= GLANCE_CACHED_FROM:
             cache.set(key, counted, GLANCE_SECONDS)
     return Glance(today, *counted)

@@ -1,13 +1,13 @@
 /* What a reviewer types in the workspace is kept in this browser until the server has it.
  *
  * A form with data-draft="<key>" (the answer editor, the skip box, an admin's fix of an item's inputs or the
- * target an admin writes when adjudicating; the key names the user and the item) writes its fields to localStorage under "tc-draft:<key>" on every change. When
- * the same form is shown again before the server took it (the page reloaded, the tab was closed and opened
- * again, the reviewer went back or away and returned), the fields come back, with a note and a button that
- * discards them. The entry goes when htmx swaps the workspace after that form's request, because then the
- * server kept it (submitted, skipped, kept as a draft); an answer refused in place keeps it. Entries older than
- * a week are dropped, and signing out drops them all. Without localStorage or JavaScript the page works as it
- * did: only this safety net is missing.
+ * target an admin writes when adjudicating; the key names the user and the item) writes its fields to
+ * localStorage under "tc-draft:<key>" on every change. When the same form is shown again before the server took
+ * it (the page reloaded, the tab was closed and opened again, the reviewer went back or away and returned), the
+ * fields come back, with a note and a button that discards them. The entry goes when htmx swaps the workspace
+ * after that form's request, because then the server kept it (submitted, skipped, kept as a draft); an answer
+ * refused in place keeps it. Entries older than a week are dropped, and signing out drops them all. Without
+ * localStorage or JavaScript the page works as it did: only this safety net is missing.
  */
 (function () {
   "use strict";
@@ -25,6 +25,16 @@
 
   function keyOf(form) {
     return PREFIX + form.dataset.draft;
+  }
+
+  // Every key this file wrote, listed before any is removed (removing shifts the storage's indexes).
+  function keptKeys(store) {
+    var keys = [];
+    for (var i = 0; i < store.length; i++) {
+      var key = store.key(i);
+      if (key && key.indexOf(PREFIX) === 0) keys.push(key);
+    }
+    return keys;
   }
 
   function fire(el, type) {
@@ -120,15 +130,13 @@
     var store = storage();
     if (!store) return;
     var now = Date.now();
-    for (var i = store.length - 1; i >= 0; i--) {
-      var key = store.key(i);
-      if (!key || key.indexOf(PREFIX) !== 0) continue;
+    keptKeys(store).forEach(function (key) {
       var at = 0;
       try {
         at = JSON.parse(store.getItem(key)).at || 0;
       } catch (e) { /* unreadable: dropped below */ }
       if (now - at > MAX_AGE_MS) store.removeItem(key);
-    }
+    });
   }
 
   function onEdit(event) {
@@ -141,10 +149,10 @@
   document.addEventListener("htmx:afterSwap", function (event) {
     var elt = event.detail.requestConfig && event.detail.requestConfig.elt;
     var target = event.detail.target;
-    // The workspace is swapped only when the server took the form; a refused answer goes to the editor's
-    // error slot instead, and a failed request swaps nothing.
-    // Every form of that item goes: an answer typed and then skipped is not brought back. A form marked
-    // data-draft-settles (an adjudication's "Pick this") settles the item without being kept itself.
+    // The workspace is swapped only when the server took the form (a refused answer goes to the editor's error
+    // slot, a failed request swaps nothing). Then every form of that item goes: an answer typed and then skipped
+    // is not brought back. A form marked data-draft-settles (an adjudication's "Pick this") settles the item
+    // without being kept itself.
     var store = storage();
     var settles = elt && elt.dataset && (elt.dataset.draft || elt.hasAttribute("data-draft-settles"));
     if (store && settles && target && target.id === "workspace") {
@@ -157,11 +165,7 @@
   document.addEventListener("submit", function (event) {
     if (!event.target.matches("form[data-drafts-clear]")) return;
     var store = storage();
-    if (!store) return;
-    for (var i = store.length - 1; i >= 0; i--) {
-      var key = store.key(i);
-      if (key && key.indexOf(PREFIX) === 0) store.removeItem(key);
-    }
+    if (store) keptKeys(store).forEach(function (key) { store.removeItem(key); });
   });
 
   function start() {

@@ -85,7 +85,8 @@
       rows[index].setAttribute("aria-current", "true");
       rows[index].scrollIntoView({ block: "nearest" });
       event.preventDefault();
-    } else if ((event.key === "o" || event.key === "Enter") && current && !/^(A|BUTTON|SUMMARY)$/.test(event.target.tagName)) {
+    } else if ((event.key === "o" || event.key === "Enter") && current
+               && !/^(A|BUTTON|SUMMARY)$/.test(event.target.tagName)) {
       var link = current.querySelector("a[href]");
       if (link) {
         event.preventDefault();

@@ -12,10 +12,8 @@ from django.views.decorators.http import require_GET
 
 from annotate import progress, tasks
 from annotate.forms import ExperienceUploadForm, ExportForm, ImportForm
-from annotate.models import FINAL_KINDS, Answer, Item, ItemStatus, Membership, Project, UploadState
+from annotate.models import FINAL_KINDS, FINISHED_STATUSES, Answer, Item, ItemStatus, Membership, Project, UploadState
 from annotate.views import access
-
-_FINISHED = (ItemStatus.DONE, ItemStatus.SKIPPED)
 
 
 @require_GET
@@ -34,7 +32,7 @@ def home(request: HttpRequest) -> HttpResponse:
     by_status = Item.objects.filter(project__in=projects).order_by().values_list("project", "status")
     for project_id, status, count in by_status.annotate(n=Count("*")):
         total[project_id] += count
-        finished[project_id] += count if status in _FINISHED else 0
+        finished[project_id] += count if status in FINISHED_STATUSES else 0
         ready[project_id] += count if status == ItemStatus.READY else 0
         refused[project_id] += count if status == ItemStatus.REFUSED else 0
     mine = dict(
@@ -60,9 +58,9 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
     """Guidelines, counts, Start reviewing; import and export for the project's admins."""
     project = access.member_project(request, slug)
     user = request.user
-    counts = dict(project.items.order_by().values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    counts = project.item_counts()
     total = sum(counts.values())
-    finished = sum(counts.get(s, 0) for s in _FINISHED)
+    finished = sum(counts.get(s, 0) for s in FINISHED_STATUSES)
     mine = Answer.objects.filter(project=project, reviewer=user).values_list("kind").annotate(n=Count("id"))
     context = {
         "project": project,

@@ -24,7 +24,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from annotate import imports, queue
 from annotate.forms import SkipForm, parse_target
-from annotate.models import FINAL_KINDS, Answer, Claim, Item, ItemStatus, Prediction, Project
+from annotate.models import FINAL_KINDS, FINISHED_STATUSES, Answer, Claim, Item, ItemStatus, Prediction, Project
 from annotate.views import access, display
 
 # An answer posted while its project was being deleted: the deletion locked the item first, so the answer
@@ -226,7 +226,7 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
     can_edit = claim_expires is not None or answer is not None
     read_only_reason = ""
     if not can_edit:
-        if item.status in (ItemStatus.DONE, ItemStatus.SKIPPED):
+        if item.status in FINISHED_STATUSES:
             read_only_reason = "This item is finished."
         elif item.status == ItemStatus.PENDING:
             read_only_reason = "This item waits for the model's prediction."
