@@ -264,6 +264,11 @@ def test_admin_creates_project_and_adds_a_reviewer(page, artifacts, users, djang
     page.get_by_label("Guidelines").press("End")
     page.get_by_label("Guidelines").type("\n3. Submit.")
     expect(page.locator("#guidelines-preview ol li")).to_have_count(3)
+    typed = page.get_by_label("Guidelines").input_value()
+    page.get_by_label("Guidelines").fill("x" * 100_001)  # refused with 400: the preview says why, in place
+    expect(page.locator("#guidelines-preview")).to_contain_text("are not previewed")
+    page.get_by_label("Guidelines").fill(typed)
+    expect(page.locator("#guidelines-preview ol li")).to_have_count(3)
     page.get_by_label("Tool configuration (JSON)").fill('{"dim": 8, "buckets": 64}')
     page.screenshot(path=str(artifacts / "project-create.png"), full_page=True)
     page.get_by_role("button", name="Create project").click()
