@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import datetime, time
 from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from annotate import tooling
 from annotate.models import ExportFormat, Project, Role
@@ -205,7 +207,9 @@ class ExportForm(forms.Form):
         if data.get("reviewer"):
             found["reviewers"] = [data["reviewer"].get_username()]
         if data.get("since"):
-            found["after"] = f"{data['since'].isoformat()}T00:00:00+00:00"
+            # The day starts at the admin's midnight (their browser's time zone), as the site's times read.
+            midnight = datetime.combine(data["since"], time.min, tzinfo=timezone.get_current_timezone())
+            found["after"] = midnight.isoformat()
         for key in ("confidence_min", "confidence_max"):
             if data.get(key) is not None:
                 found[key] = data[key]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import zoneinfo
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.shortcuts import resolve_url
+from django.utils import timezone
 
 from annotate.views import errors
 
@@ -45,3 +48,38 @@ class MethodNotAllowedPage:
         if response.status_code == 405 and not response.content:
             return errors.method_not_allowed(request, response.get("Allow", ""))
         return response
+
+
+TIME_ZONE_COOKIE = "tc_tz"
+
+
+@functools.lru_cache(maxsize=1)
+def _zone_names() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def browser_zone(name: str) -> zoneinfo.ZoneInfo | None:
+    """The IANA time zone `name` names (as the browser's `Intl` reports it), or None when it names none.
+
+    Only names in the system's time zone database count: the cookie is the user's to change, and a key is a
+    path inside that database."""
+    return zoneinfo.ZoneInfo(name) if name in _zone_names() else None
+
+
+class BrowserTimeZone:
+    """Times on the pages read in the user's own time zone, which `static/timezone.js` keeps in a cookie.
+
+    Without the cookie (a first page, a client without JavaScript) or with a name the database lacks, times stay
+    in `TIME_ZONE` (UTC). The footer says which zone a page uses. JSON and exports keep ISO 8601 with offsets.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        zone = browser_zone(request.COOKIES.get(TIME_ZONE_COOKIE, ""))
+        if zone is None:
+            timezone.deactivate()
+        else:
+            timezone.activate(zone)
+        return self.get_response(request)

@@ -4,11 +4,12 @@ Figures (README, "Progress"):
 
 - per reviewer: **done** (submitted targets), **skipped**, **drafts**, **last hour** (final answers whose last
   change falls in the past 60 minutes) and **rate per hour**: final answers divided by the reviewer's *active
-  hours*, the clock hours (UTC) in which they finished at least one answer. A reviewer who labels 40 items
-  between 9:00 and 9:59 and 20 more between 14:00 and 14:59 has a rate of 30 per hour, however long the lunch.
+  hours*, the clock hours (of the viewer's time zone) in which they finished at least one answer. A reviewer
+  who labels 40 items between 9:00 and 9:59 and 20 more between 14:00 and 14:59 has a rate of 30 per hour,
+  however long the lunch.
   An answer counts at the time of its last change (an edit moves it).
 - per project: items by status, members and active reviewers, finished answers per day for the last `DAYS`
-  days (UTC), and per hour for the last 24 hours.
+  days, and per hour for the last 24 hours, in the viewer's time zone.
 
 Every query groups in the database (items by status; answers by reviewer, kind and clock hour; the last hour's
 answers by reviewer), so Python sees reviewers x hours rows, never items. Chart geometry (`bars`, `sparkline`)
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
@@ -111,12 +112,18 @@ def name_order(name: str) -> list:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part.casefold()) for part in _DIGITS.split(name)]
 
 
-def project_progress(project: Project, *, now: datetime | None = None) -> ProjectProgress:
-    """The progress figures of `project` at `now` (see the module docstring for their definitions)."""
+def project_progress(project: Project, *, now: datetime | None = None, zone: tzinfo | None = None) -> ProjectProgress:
+    """The progress figures of `project` at `now` (see the module docstring for their definitions).
+
+    Days and clock hours are those of `zone` (the viewer's, `annotate.middleware.BrowserTimeZone`; by default the
+    active one), so a reviewer's evening counts on their own day."""
     now = now or timezone.now()
-    hour_start = now.replace(minute=0, second=0, microsecond=0)
-    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    days = [today - timedelta(days=DAYS - 1 - k) for k in range(DAYS)]
+    zone = zone or timezone.get_current_timezone()
+    local = timezone.localtime(now, zone)
+    today = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    days = [today - timedelta(days=DAYS - 1 - k) for k in range(DAYS)]  # wall-clock steps: each a local midnight
+    # Hours step in UTC: wall-clock steps would land on times a DST change skips or repeats.
+    hour_start = local.replace(minute=0, second=0, microsecond=0).astimezone(UTC)
     hours = [hour_start - timedelta(hours=HOURS - 1 - k) for k in range(HOURS)]
 
     counts = project.item_counts()
@@ -127,7 +134,7 @@ def project_progress(project: Project, *, now: datetime | None = None) -> Projec
     # One pass over the project's answers, grouped by reviewer, kind and clock hour: every figure but the exact
     # last 60 minutes is a sum over these groups (reviewers x kinds x active hours rows, however many items).
     # Grouping by the reviewer's id, not name, keeps the sort keys narrow (about half the time at 100,000).
-    groups = answers.values("reviewer_id", "kind", hour=TruncHour("updated_at")).annotate(
+    groups = answers.values("reviewer_id", "kind", hour=TruncHour("updated_at", tzinfo=zone)).annotate(
         n=Count("id"), last=Max("updated_at"))
     for group in groups:
         r = by_id.setdefault(group["reviewer_id"], ReviewerProgress(name=""))
@@ -184,16 +191,16 @@ class Glance:
         return round(100 * self.finished / self.total, 1) if self.total else 0.0
 
 
-def glance(project: Project, user, *, now: datetime | None = None, utc_offset: int = 0) -> Glance:
+def glance(project: Project, user, *, now: datetime | None = None, zone: tzinfo | None = None) -> Glance:
     """The reviewer's final answers in `project` since their midnight, and the project's items finished of all.
 
-    `utc_offset`: the reviewer's minutes east of UTC (their browser's), so "today" starts at their midnight.
-    Two statements, each an index range: the reviewer's answers today (`answer_latest_final`) and the items by
-    status (counted afresh below `GLANCE_CACHED_FROM` items, else shared for `GLANCE_SECONDS`).
+    `zone`: the reviewer's time zone (by default the active one, their browser's), so "today" starts at their
+    midnight. Two statements, each an index range: the reviewer's answers today (`answer_latest_final`) and the
+    items by status (counted afresh below `GLANCE_CACHED_FROM` items, else shared for `GLANCE_SECONDS`).
     """
     now = now or timezone.now()
-    shift = timedelta(minutes=utc_offset)
-    midnight = (now + shift).replace(hour=0, minute=0, second=0, microsecond=0) - shift
+    midnight = timezone.localtime(now, zone or timezone.get_current_timezone()).replace(
+        hour=0, minute=0, second=0, microsecond=0)
     today = Answer.objects.filter(project=project, reviewer=user, updated_at__gte=midnight,
                                   kind__in=FINAL_KINDS).count()
     key = f"annotate:glance:{project.pk}"

@@ -72,6 +72,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "annotate.middleware.BrowserTimeZone",
     "annotate.middleware.HtmxSignedOut",
     "annotate.middleware.MethodNotAllowedPage",
 ]
@@ -91,6 +92,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # TIME_ZONE: the zone a page's times are in (the browser's: annotate.middleware.BrowserTimeZone).
+                "django.template.context_processors.tz",
             ],
         },
     },

@@ -10,6 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
@@ -27,7 +28,7 @@ def progress(request: HttpRequest, slug: str) -> HttpResponse:
     project = access.member_project(request, slug)
     # Reading every answer of a 100,000-item project takes a few hundred milliseconds: the figures are shared
     # for PROGRESS_CACHE_SECONDS, which the page states.
-    key = f"annotate:progress:{project.pk}"
+    key = f"annotate:progress:{project.pk}:{timezone.get_current_timezone_name()}"  # days are the viewer's
     figures = cache.get(key)
     if figures is None:
         figures = project_progress(project)
@@ -60,19 +61,7 @@ def my_progress(request: HttpRequest, slug: str) -> HttpResponse:
     """The item page's progress line, which the page asks for once it is shown (and again with each item it
     swaps in), so counting never slows the item itself."""
     project = access.member_project(request, slug)
-    offset = _utc_offset(request.GET.get("tz", ""))
-    context = {"glance": glance(project, request.user, utc_offset=offset), "cached_from": GLANCE_CACHED_FROM,
-               "cache_seconds": GLANCE_SECONDS, "zone": "UTC{}{:02d}:{:02d}".format("+-"[offset < 0],
-                                                                                         *divmod(abs(offset), 60))}
+    context = {"glance": glance(project, request.user), "cached_from": GLANCE_CACHED_FROM,
+               "cache_seconds": GLANCE_SECONDS}
     return render(request, "annotate/_my_progress.html", context)
 
-
-def _utc_offset(text: str) -> int:
-    """The browser's minutes east of UTC (`tz`), from UTC-12:00 to UTC+14:00; 0 (UTC) when absent or not one.
-
-    The line is asked for in the background, so a bad value falls back to UTC rather than to an error."""
-    try:
-        minutes = int(text)
-    except ValueError:
-        return 0
-    return minutes if -12 * 60 <= minutes <= 14 * 60 else 0

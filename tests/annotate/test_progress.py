@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
+from django.utils.timezone import override as override_timezone
 
 from annotate.models import Answer, AnswerKind, Item, ItemStatus
 from annotate.progress import DAYS, HOURS, bars, columns, name_order, project_progress, sparkline
@@ -146,5 +148,31 @@ def test_glance_starts_the_reviewers_day_at_their_own_midnight(project, reviewer
     answer(items[2], reviewer, AnswerKind.TARGET, NOW.replace(hour=14, minute=30))  # 00:30 the next day in UTC+10
 
     assert glance(project, reviewer, now=NOW).today == 3  # UTC: all three on March 10
-    assert glance(project, reviewer, now=NOW, utc_offset=-300).today == 2  # 10:30 in New York
-    assert glance(project, reviewer, now=NOW, utc_offset=600).today == 1  # 01:30 on March 11 in Sydney
+    assert glance(project, reviewer, now=NOW, zone=timezone(timedelta(hours=-5))).today == 2  # 10:30 in UTC-5
+    assert glance(project, reviewer, now=NOW, zone=timezone(timedelta(hours=10))).today == 1  # 01:30 on March 11
+    with override_timezone(ZoneInfo("Australia/Brisbane")):  # UTC+10: by default, the active zone (the browser's)
+        assert glance(project, reviewer, now=NOW).today == 1
+
+
+def test_progress_counts_days_and_hours_in_the_viewers_time_zone(project, reviewer) -> None:
+    items = make_ready_items(project, [0.1] * 4)
+    answer(items[0], reviewer, AnswerKind.TARGET, NOW.replace(hour=2))  # 21:00 on March 9 in Bogotá (UTC-5)
+    answer(items[1], reviewer, AnswerKind.TARGET, NOW.replace(hour=5, minute=10))  # 00:10 on March 10 there
+    answer(items[2], reviewer, AnswerKind.SKIP, NOW.replace(hour=14, minute=50))  # 20:20 in Kolkata (UTC+5:30)
+    answer(items[3], reviewer, AnswerKind.TARGET, NOW.replace(hour=15, minute=10))  # 20:40 in Kolkata
+
+    utc = project_progress(project, now=NOW)
+    assert utc.daily[-1] == 4 and utc.days[-1] == NOW.replace(hour=0, minute=0)
+    assert (utc.hourly[-1], utc.hourly[-2]) == (1, 1)  # 15:00-15:59 and 14:00-14:59 UTC
+
+    bogota = project_progress(project, now=NOW, zone=ZoneInfo("America/Bogota"))
+    assert (bogota.daily[-1], bogota.daily[-2]) == (3, 1)
+    assert bogota.days[-1].isoformat() == "2026-03-10T00:00:00-05:00"
+    assert bogota.reviewers[0].active_hours == 4
+
+    # A half-hour zone: NOW is 21:00 in Kolkata, whose clock hour runs from 15:30 UTC; 20:20 and 20:40 fall in the
+    # hour before it.
+    kolkata = project_progress(project, now=NOW, zone=ZoneInfo("Asia/Kolkata"))
+    assert kolkata.hourly[-1] == 0 and kolkata.hourly[-2] == 2
+    assert kolkata.reviewers[0].active_hours == 3  # 07:30, 10:40 and 20:xx Kolkata time
+    assert kolkata.daily[-1] == 4

@@ -42,3 +42,31 @@ def test_the_lease_is_counted_down_and_an_answer_after_it_is_a_draft(page, artif
     press_and_wait_for_next(page, "Enter")
     answer.refresh_from_db()
     assert answer.kind == AnswerKind.TARGET
+
+
+def test_times_read_in_the_reviewers_own_time_zone(browser, live_server, artifacts, django_user_model) -> None:
+    """The browser in Kolkata (UTC+05:30) names its zone on the sign-in page; from then on the lease's end, the
+    progress line's day and the footer are in Kolkata time."""
+    from zoneinfo import ZoneInfo
+
+    from annotate.models import Claim
+
+    rita = django_user_model.objects.create_user("rita", password=PASSWORD)
+    project = predicted_project("decision", "rank", rita)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id="Asia/Kolkata")
+    context.set_default_timeout(15_000)
+    try:
+        page = context.new_page()
+        page.base_url = live_server.url
+        sign_in(page, "rita")
+        [named] = [c["value"] for c in context.cookies() if c["name"] == "tc_tz"]
+        assert named in ("Asia/Kolkata", "Asia/Calcutta")  # Chromium's ICU says the zone's older name
+        start_reviewing(page, project)
+
+        expires = Claim.objects.get(item_id=current_item(page), reviewer=rita).expires_at
+        assert page.locator("#lease time").inner_text() == f"{expires.astimezone(ZoneInfo('Asia/Kolkata')):%H:%M}"
+        assert page.locator("#time-zone").inner_text() == f"Times are shown in {named}."
+        page.locator(f"#my-progress[title*='Today started at 00:00 {named}']").wait_for()
+        page.screenshot(path=artifacts / "kolkata.png", full_page=True)
+    finally:
+        context.close()

@@ -1,0 +1,102 @@
+"""Times read in the user's own time zone: the browser names it in the `tc_tz` cookie (`static/timezone.js`) and
+`annotate.middleware.BrowserTimeZone` activates it for the request."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.conf import settings
+from django.urls import reverse
+from django.utils import timezone
+
+from annotate import queue
+from annotate.forms import ExportForm
+from annotate.models import Answer, AnswerKind, Claim
+
+pytestmark = pytest.mark.django_db
+
+
+def lease_text(client, project, item) -> str:
+    page = client.get(reverse("item_detail", args=[project.slug, item.pk])).content.decode()
+    return page.split('id="lease"', 1)[1].split("</span>", 1)[0]
+
+
+def test_times_read_in_the_zone_the_browser_names(client, project, reviewer, ready_items) -> None:
+    item = ready_items(project, [0.2])[0]
+    queue.claim_next(project, reviewer)
+    expires = Claim.objects.get(item=item, reviewer=reviewer).expires_at
+    client.force_login(reviewer)
+
+    utc = lease_text(client, project, item)
+    assert f">{expires.astimezone(UTC):%H:%M}</time>" in utc
+    assert "Times are shown in UTC." in client.get(reverse("home")).content.decode()
+
+    client.cookies["tc_tz"] = "Asia/Kolkata"  # UTC+05:30: no whole-hour shift hides a mistake
+    kolkata = lease_text(client, project, item)
+    assert f">{expires.astimezone(ZoneInfo('Asia/Kolkata')):%H:%M}</time>" in kolkata
+    assert "+05:30" in kolkata  # the machine-readable time says its offset
+    assert "Times are shown in Asia/Kolkata." in client.get(reverse("home")).content.decode()
+
+    del client.cookies["tc_tz"]  # the zone is the request's, never left over for the next one
+    assert lease_text(client, project, item) == utc
+
+
+@pytest.mark.parametrize("junk", ["../../../etc/passwd", "/etc/localtime", "Mars/Olympus_Mons", "zone.tab",
+                                  "right/UTC" * 50, "", "Asia/Kolkata\x00"])
+def test_a_cookie_naming_no_zone_leaves_times_in_utc(client, reviewer, project, junk) -> None:
+    client.force_login(reviewer)
+    client.cookies["tc_tz"] = junk
+
+    response = client.get(reverse("home"))
+
+    assert response.status_code == 200
+    assert "Times are shown in UTC." in response.content.decode()
+
+
+def test_every_page_runs_the_script_that_names_the_zone(client, reviewer) -> None:
+    client.force_login(reviewer)
+    assert '<script src="/static/timezone.js" defer></script>' in client.get(reverse("home")).content.decode()
+    script = (Path(settings.BASE_DIR) / "static" / "timezone.js").read_text()
+    assert '"tc_tz=" + zone' in script and "resolvedOptions().timeZone" in script  # the browser test runs it
+
+
+def test_progress_page_charts_the_viewers_days(client, project, reviewer, ready_items) -> None:
+    """A reviewer in Bogotá (UTC-5) finishes an item at 21:00 their time: yesterday for them, today in UTC."""
+    now = timezone.now()
+    evening = now.astimezone(ZoneInfo("America/Bogota")).replace(hour=21, minute=0, second=0, microsecond=0)
+    if evening > now:
+        evening -= timedelta(days=1)  # the last 21:00 in Bogotá
+    item = ready_items(project, [0.3])[0]
+    Answer.objects.create(item=item, reviewer=reviewer, kind=AnswerKind.TARGET, target="db", source="s",
+                          created_at=evening, updated_at=evening)
+    client.force_login(reviewer)
+    url = reverse("project_progress", args=[project.slug])
+
+    def page_in(zone: str | None) -> str:
+        client.cookies.pop("tc_tz", None)
+        if zone:
+            client.cookies["tc_tz"] = zone
+        return client.get(url).content.decode()
+
+    def days_with_an_answer(page: str) -> list[str]:
+        return re.findall(r"<rect [^>]*><title>([^<]*): 1</title>", page)
+
+    bogota = page_in("America/Bogota")
+    assert days_with_an_answer(bogota) == [evening.strftime("%a %d %b")]
+    assert "by last change (America/Bogota)" in bogota
+    utc = page_in(None)  # the figures are shared for a while, but per zone
+    assert days_with_an_answer(utc) == [evening.astimezone(UTC).strftime("%a %d %b")]
+    assert days_with_an_answer(utc) != days_with_an_answer(bogota)
+
+
+def test_export_since_starts_at_the_admins_midnight(project) -> None:
+    form = ExportForm({"format": "jsonl", "minibatch_size": 32, "since": "2026-03-10"}, project=project)
+    assert form.is_valid(), form.errors
+
+    assert datetime.fromisoformat(form.filters()["after"]) == datetime(2026, 3, 10, tzinfo=UTC)
+    with timezone.override(ZoneInfo("Asia/Kolkata")):
+        assert datetime.fromisoformat(form.filters()["after"]) == datetime(2026, 3, 9, 18, 30, tzinfo=UTC)
