@@ -29,26 +29,47 @@ def compare(job, new_version, held_out: list) -> dict:
     if base is None:
         metrics["base"] = None
         return metrics
-    examples = snapshot.held_out_examples(job)
-    inputs = [example[1] for example in examples]
+    changed = changed_predictions(base, new_version, snapshot.held_out_examples(job))
+    metrics["changed_count"] = len(changed)
+    metrics["changed"] = changed[:CHANGED_SHOWN]
+    return metrics
+
+
+def changed_predictions(base, new_version, examples: list) -> list[dict]:
+    """The held-out items whose predicted answer differs between `base` and `new_version`, one row per item.
+
+    `examples` are (item id, inputs, target) per held-out record. An item several reviewers answered is several
+    records (a project with overlap) but one prediction: it is predicted once, and its row lists each distinct
+    reviewed target with how many records gave it, first given first."""
+    by_item: dict[int, tuple[object, list[list]]] = {}
+    for item_id, inputs, target in examples:
+        _, targets = by_item.setdefault(item_id, (inputs, []))
+        for entry in targets:
+            if entry[0] == target:
+                entry[1] += 1
+                break
+        else:
+            targets.append([target, 1])
+    items = list(by_item)
+    inputs = [by_item[item_id][0] for item_id in items]
     before, after = _predict(base, inputs), _predict(new_version, inputs)
     changed = []
-    for (item_id, _, target), old, new in zip(examples, before, after, strict=True):
+    for item_id, old, new in zip(items, before, after, strict=True):
         old_answer, new_answer = answer_of(old["receipt"]), answer_of(new["receipt"])
         if old_answer != new_answer:
+            targets = by_item[item_id][1]
             changed.append(
                 {
                     "item": item_id,
-                    "target": target,
+                    "target": targets[0][0],
+                    "targets": [{"target": target, "records": n} for target, n in targets],
                     "before": old_answer,
                     "after": new_answer,
                     "before_confidence": old["confidence"],
                     "after_confidence": new["confidence"],
                 }
             )
-    metrics["changed_count"] = len(changed)
-    metrics["changed"] = changed[:CHANGED_SHOWN]
-    return metrics
+    return changed
 
 
 def refit_calibration(job, tool) -> dict | None:

@@ -8,7 +8,8 @@ someone else backs off, and a sweep re-queues RUNNING jobs whose heartbeat stopp
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -19,6 +20,7 @@ from django.utils import timezone
 from annotate import storage
 
 LOG_TAIL_LINES = 200
+LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) ", re.MULTILINE)
 
 
 class JobState(models.TextChoices):
@@ -192,13 +194,17 @@ class TrainingJob(models.Model):
             self.lease_expires_at > (now or timezone.now())
         )
 
-    def log_lines(self) -> list[str]:
-        return self.log.splitlines()
+    @property
+    def log_for_display(self) -> str:
+        """The log with each line's UTC stamp as a clock time of the active time zone (the viewer's), as the
+        rest of the job page reads. Lines written before stamps carried their date keep their UTC time."""
+        return LOG_STAMP.sub(
+            lambda m: timezone.localtime(datetime.fromisoformat(m[1])).strftime("%H:%M:%S "), self.log)
 
     @staticmethod
     def appended_log(log: str, *lines: str) -> str:
-        """`log` with timestamped `lines` added, cut to the last LOG_TAIL_LINES lines."""
-        stamp = timezone.now().strftime("%H:%M:%S")
+        """`log` with `lines` added, each stamped with its UTC time, cut to the last LOG_TAIL_LINES lines."""
+        stamp = timezone.now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         kept = log.splitlines() + [f"{stamp} {line}" for line in lines]
         return "\n".join(kept[-LOG_TAIL_LINES:])
 

@@ -1,0 +1,75 @@
+"""A finished job's list of held-out items whose prediction changed: one row per item, however many reviewers."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+
+from trainingjobs import evaluation
+from trainingjobs.models import TrainingJob
+
+
+def receipts_picking(picks: dict) -> callable:
+    """A `_predict` whose versions pick `picks[version][question]`; records which inputs it was asked about."""
+    asked = []
+
+    def predict(version, inputs):
+        asked.append([i["q"] for i in inputs])
+        return [{"receipt": {"kind": "ranking", "selected_id": picks[version][i["q"]]}, "confidence": 0.5}
+                for i in inputs]
+
+    predict.asked = asked
+    return predict
+
+
+def test_an_item_with_several_records_is_one_row_with_each_target_counted(monkeypatch) -> None:
+    predict = receipts_picking({"base": {"a": "db", "b": "db", "c": "db"},
+                                "new": {"a": "dns", "b": "db", "c": "dns"}})
+    monkeypatch.setattr(evaluation, "_predict", predict)
+    examples = [(7, {"q": "a"}, "dns"), (8, {"q": "b"}, "db"), (7, {"q": "a"}, "db"), (7, {"q": "a"}, "dns"),
+                (9, {"q": "c"}, "dns")]
+
+    changed = evaluation.changed_predictions("base", "new", examples)
+
+    assert predict.asked == [["a", "b", "c"], ["a", "b", "c"]]  # each item predicted once per version
+    assert [row["item"] for row in changed] == [7, 9]
+    assert changed[0]["targets"] == [{"target": "dns", "records": 2}, {"target": "db", "records": 1}]
+    assert (changed[0]["before"], changed[0]["after"], changed[0]["target"]) == ("db", "dns", "dns")
+    assert changed[1]["targets"] == [{"target": "dns", "records": 1}]
+
+
+def test_job_page_lists_changed_items_with_their_reviewed_targets(client, admin, project, reviewed) -> None:
+    from trainingjobs import runner, services
+
+    job = services.launch(project, base_version=project.current_version, epochs=1, minibatch_size=4,
+                          checkpoint_interval=10, lr=0.05, held_out_fraction=0.25)
+    runner.train(job.pk, "worker-a")
+    item = reviewed[0].pk
+    rows = [{"item": item, "target": "db", "targets": [{"target": "db", "records": 2}, {"target": "dns", "records": 1}],
+             "before": "dns", "after": "db", "before_confidence": 0.6, "after_confidence": 0.7}]
+    TrainingJob.objects.filter(pk=job.pk).update(metrics={**TrainingJob.objects.get(pk=job.pk).metrics,
+                                                          "changed": rows, "changed_count": 1})
+    client.force_login(admin)
+
+    page = client.get(reverse("trainingjobs:job", args=[job.pk])).content.decode()
+
+    assert "Held-out items whose prediction changed (1)" in page
+    link = reverse("item_detail", args=[project.slug, item])
+    assert f'<a href="{link}">{item}</a>' in page
+    assert 'db <span class="muted">(2 reviewers)</span> · dns <span class="muted">(1 reviewer)</span>' in page
+
+
+def test_job_log_reads_in_the_viewers_time_zone(client, admin, project, reviewed) -> None:
+    from trainingjobs import services
+
+    job = services.launch(project, base_version=project.current_version, epochs=1, minibatch_size=4,
+                          checkpoint_interval=10, lr=0.05, held_out_fraction=0.25)
+    log = "14:00:00 a line written before stamps had dates\n2026-03-10T23:45:00Z queued\n2026-03-10T23:46:30Z leased"
+    TrainingJob.objects.filter(pk=job.pk).update(log=log)
+    assert TrainingJob.appended_log("", "hello").endswith("Z hello")  # stored in UTC, with its date
+    client.force_login(admin)
+    url = reverse("trainingjobs:job", args=[job.pk])
+
+    utc = client.get(url).content.decode()
+    assert "14:00:00 a line written before stamps had dates\n23:45:00 queued\n23:46:30 leased" in utc
+    client.cookies["tc_tz"] = "Asia/Tokyo"  # UTC+9: the next morning
+    assert "\n08:45:00 queued\n08:46:30 leased</pre>" in client.get(url).content.decode()
