@@ -20,6 +20,7 @@ from django.utils import timezone
 from annotate import storage
 
 LOG_TAIL_LINES = 200
+LOWER_IS_BETTER = {"mse"}  # held-out metrics (training.evaluate) where a smaller value is the better one
 LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) ", re.MULTILINE)
 
 
@@ -195,6 +196,18 @@ class TrainingJob(models.Model):
         )
 
     @property
+    def held_out_verdict(self) -> dict:
+        """How the new version did against the base on the held-out records: `{"metric", "loss"}`, each "better",
+        "worse" or "" (equal, or nothing to compare). The metric's direction is the tool's: `mse` is better lower,
+        every other metric (top-1, accuracy, recall@1, exact match) higher."""
+        base, new = (self.metrics or {}).get("base"), (self.metrics or {}).get("new")
+        if not base or not new:
+            return {"metric": "", "loss": ""}
+        lower_is_better = new.get("metric") in LOWER_IS_BETTER
+        return {"metric": _verdict(base.get("value"), new.get("value"), lower_is_better=lower_is_better),
+                "loss": _verdict(base.get("loss"), new.get("loss"), lower_is_better=True)}
+
+    @property
     def log_for_display(self) -> str:
         """The log with each line's UTC stamp as a clock time of the active time zone (the viewer's), as the
         rest of the job page reads. Lines written before stamps carried their date keep their UTC time."""
@@ -207,6 +220,12 @@ class TrainingJob(models.Model):
         stamp = timezone.now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         kept = log.splitlines() + [f"{stamp} {line}" for line in lines]
         return "\n".join(kept[-LOG_TAIL_LINES:])
+
+
+def _verdict(base, new, *, lower_is_better: bool) -> str:
+    if not isinstance(base, (int, float)) or not isinstance(new, (int, float)) or base == new:
+        return ""
+    return "better" if (new < base) == lower_is_better else "worse"
 
 
 class LossPoint(models.Model):

@@ -73,3 +73,43 @@ def test_job_log_reads_in_the_viewers_time_zone(client, admin, project, reviewed
     assert "14:00:00 a line written before stamps had dates\n23:45:00 queued\n23:46:30 leased" in utc
     client.cookies["tc_tz"] = "Asia/Tokyo"  # UTC+9: the next morning
     assert "\n08:45:00 queued\n08:46:30 leased</pre>" in client.get(url).content.decode()
+
+
+def test_verdict_follows_the_metrics_direction() -> None:
+    def verdict(metric, base, new, base_loss=0.5, new_loss=0.5):
+        return TrainingJob(metrics={"base": {"metric": metric, "value": base, "loss": base_loss},
+                                    "new": {"metric": metric, "value": new, "loss": new_loss}}).held_out_verdict
+
+    assert verdict("top1", 0.5, 0.75) == {"metric": "better", "loss": ""}
+    assert verdict("accuracy", 0.9, 0.8, new_loss=0.6) == {"metric": "worse", "loss": "worse"}
+    assert verdict("mse", 2.0, 1.5, new_loss=0.4) == {"metric": "better", "loss": "better"}  # lower is better
+    assert verdict("mse", 1.5, 2.0) == {"metric": "worse", "loss": ""}
+    assert TrainingJob(metrics={"base": None, "new": {"metric": "top1", "value": 1}}).held_out_verdict == {
+        "metric": "", "loss": ""}  # no base version to compare with
+    assert TrainingJob(metrics={}).held_out_verdict == {"metric": "", "loss": ""}
+
+
+def test_promoting_a_version_that_did_worse_is_warned_of(client, admin, project, reviewed) -> None:
+    from trainingjobs import runner, services
+
+    job = services.launch(project, base_version=project.current_version, epochs=1, minibatch_size=4,
+                          checkpoint_interval=10, lr=0.05, held_out_fraction=0.25)
+    runner.train(job.pk, "worker-a")
+    job.refresh_from_db()
+    client.force_login(admin)
+    url = reverse("trainingjobs:job", args=[job.pk])
+
+    def page_with(base: float, new: float) -> str:
+        metrics = {**job.metrics, "held_out": 4, "base": {**job.metrics["base"], "metric": "top1", "value": base},
+                   "new": {**job.metrics["new"], "metric": "top1", "value": new}}
+        TrainingJob.objects.filter(pk=job.pk).update(metrics=metrics)
+        return client.get(url).content.decode()
+
+    worse = page_with(1.0, 0.5)
+    assert ("The new version did worse than the base on the 4 held-out records (top1 0.500 against 1.000)"
+            in worse)
+    assert 'id="promote" class="secondary outline"' in worse  # still offered, no longer the page's main action
+    assert '<td class="worse">0.500</td>' in worse
+    better = page_with(0.5, 1.0)
+    assert "did worse" not in better and '<button type="submit" id="promote">' in better
+    assert '<td class="better">1.000</td>' in better
