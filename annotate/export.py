@@ -57,7 +57,8 @@ PROGRESS_SECONDS = 0.5
 _ROW = ("item_id", "item__inputs", "target", "source", "reviewer__username", "created_at", "updated_at")
 # Each id is one parameter of the selecting statement, and PostgreSQL takes at most 65,535.
 MAX_ITEM_IDS = 50_000
-FILTER_KEYS = ("reviewers", "after", "before", "confidence_min", "confidence_max", "item_status", "item_ids")
+FILTER_KEYS = ("reviewers", "after", "before", "confidence_min", "confidence_max", "item_status", "item_ids",
+               "agreed_only")
 
 
 class NothingSelected(ValueError):
@@ -70,7 +71,8 @@ def validate_filters(filters: Any) -> dict:
     Keys: `reviewers` (usernames), `after`/`before` (ISO 8601 times of the answer's last change),
     `confidence_min`/`confidence_max` (the item's prediction confidence, 0..1), `item_status` ("done" or
     "ready"; an item still collecting answers under overlap > 1 is "ready"), `item_ids` (ids, at most
-    `MAX_ITEM_IDS`).
+    `MAX_ITEM_IDS`), `agreed_only` (true: leave out the answers of items whose reviewers disagree and that no
+    admin has adjudicated; an adjudicated item still contributes its adjudicated target).
     """
     if filters in (None, ""):
         return {}
@@ -106,6 +108,11 @@ def validate_filters(filters: Any) -> dict:
             if not 0.0 <= number <= 1.0:
                 raise ValueError(f"filters.{key}: {number} is outside 0..1")
             clean[key] = number
+        elif key == "agreed_only":
+            if not isinstance(value, bool):
+                raise ValueError(f"filters.agreed_only: expected true or false, got {value!r}")
+            if value:
+                clean[key] = True
         elif key == "item_status":
             if value not in (ItemStatus.DONE, ItemStatus.READY):
                 raise ValueError(f"filters.item_status: expected 'done' or 'ready', got {value!r}")
@@ -169,8 +176,19 @@ def selected_parts(project: Project, filters: dict) -> tuple[QuerySet[Answer], Q
     """
     answers = selected_answers(project, filters)
     plain = answers.filter(item__adjudication__isnull=True)
+    if filters.get("agreed_only"):
+        # An adjudicated item stays: its admin settled the disagreement, and it contributes that target only.
+        plain = plain.filter(item__disagreement=False)
     adjudicated = Adjudication.objects.filter(item__in=answers.values("item_id")).select_related("item", "adjudicator")
     return plain, adjudicated.order_by("item_id")
+
+
+def open_disagreements(project: Project) -> tuple[int, int]:
+    """(items, their final target answers) that `agreed_only` leaves out: items whose reviewers disagree and that
+    no admin has adjudicated. Two index ranges (`item_disagreement`), for the forms that offer the filter."""
+    items = project.items.filter(disagreement=True, adjudication__isnull=True)
+    answers = Answer.objects.filter(item__in=items, kind=AnswerKind.TARGET).count()
+    return items.count(), answers
 
 
 def create_export(project: Project, user, *, filters: Any = None, minibatch_size: int = 32,

@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from annotate import tooling
+from annotate import export, tooling
 from annotate.models import ExportFormat, Project, Role
 from annotate.views import display
 
@@ -185,6 +185,18 @@ class ExperienceUploadForm(forms.Form):
     )
 
 
+AGREED_ONLY_HELP = ("Their reviewers gave different targets, and training on both teaches the model neither. "
+                    "Adjudicated items stay, with the admin's target.")
+
+
+def offer_agreed_only(field: forms.BooleanField, project: Project) -> None:
+    """Label the box of the `agreed_only` filter with what it leaves out now; disabled when that is nothing."""
+    items, answers = export.open_disagreements(project)
+    field.label = (f"Leave out the {items:,} item{'' if items == 1 else 's'} whose reviewers disagree and that no "
+                   f"admin has adjudicated ({answers:,} answer{'' if answers == 1 else 's'})")
+    field.disabled = not items
+
+
 class ExportForm(forms.Form):
     format = forms.ChoiceField(choices=ExportFormat.choices, initial=ExportFormat.EXPERIENCE)
     minibatch_size = forms.IntegerField(min_value=1, max_value=10_000, initial=32, label="Minibatch size")
@@ -196,10 +208,12 @@ class ExportForm(forms.Form):
                                       widget=forms.NumberInput(attrs={"step": "any", "placeholder": "0"}))
     confidence_max = forms.FloatField(required=False, min_value=0, max_value=1, label="Max. confidence",
                                       widget=forms.NumberInput(attrs={"step": "any", "placeholder": "1"}))
+    agreed_only = forms.BooleanField(required=False, help_text=AGREED_ONLY_HELP)
 
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["reviewer"].queryset = project.answered_by().order_by("username")
+        offer_agreed_only(self.fields["agreed_only"], project)
 
     def filters(self) -> dict:
         data = self.cleaned_data
@@ -213,6 +227,8 @@ class ExportForm(forms.Form):
         for key in ("confidence_min", "confidence_max"):
             if data.get(key) is not None:
                 found[key] = data[key]
+        if data.get("agreed_only"):
+            found["agreed_only"] = True
         return found
 
 

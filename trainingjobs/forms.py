@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
+from annotate.forms import AGREED_ONLY_HELP, offer_agreed_only
 from trainingjobs import defaults, snapshot
 from trainingjobs.models import TrainingJob
 
@@ -31,6 +32,7 @@ class LaunchForm(forms.ModelForm):
         required=False,
         help_text="Training data only, never held out; the job keeps its own copies of the files.",
     )
+    agreed_only = forms.BooleanField(required=False, help_text=AGREED_ONLY_HELP)
 
     class Meta:
         model = TrainingJob
@@ -50,10 +52,12 @@ class LaunchForm(forms.ModelForm):
         field.label = (f"Also train on the accepted experience uploads: {_counted(self.upload_files, 'file')} "
                        f"({_counted(self.upload_records, 'supervision record')})")
         field.disabled = not self.upload_files
+        offer_agreed_only(self.fields["agreed_only"], project)
 
     def filters(self) -> dict:
         names = [name.strip() for name in self.cleaned_data.get("reviewers", "").split(",") if name.strip()]
-        return {"reviewers": names} if names else {}
+        return ({"reviewers": names} if names else {}) | (
+            {"agreed_only": True} if self.cleaned_data.get("agreed_only") else {})
 
     def settings(self) -> dict:
         return {name: self.cleaned_data[name] for name in SETTINGS if name != "base_version"}

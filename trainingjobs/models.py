@@ -196,6 +196,17 @@ class TrainingJob(models.Model):
         )
 
     @property
+    def filters_text(self) -> str:
+        """The launch's filters in words, for the job page ("" when it took every reviewed answer)."""
+        filters, parts = self.filters or {}, []
+        if filters.get("reviewers"):
+            parts.append("answers by " + ", ".join(filters["reviewers"]))
+        if filters.get("agreed_only"):
+            parts.append("open disagreements left out")
+        parts += [f"{key} {value}" for key, value in filters.items() if key not in ("reviewers", "agreed_only")]
+        return "; ".join(parts)
+
+    @property
     def held_out_verdict(self) -> dict:
         """How the new version did against the base on the held-out records: `{"metric", "loss"}`, each "better",
         "worse" or "" (equal, or nothing to compare). The metric's direction is the tool's: `mse` is better lower,

@@ -30,10 +30,12 @@ class Command(BaseCommand):
         parser.add_argument("--reviewer", action="append", default=[], help="Only this reviewer's answers (repeat).")
         parser.add_argument("--include-uploads", action="store_true",
                             help="Also train on the project's accepted experience uploads (never held out).")
+        parser.add_argument("--agreed-only", action="store_true",
+                            help="Leave out items whose reviewers disagree and that no admin has adjudicated.")
         parser.add_argument("--here", action="store_true", help="Train in this process and wait for the result.")
 
     def handle(self, *args, project: str, base_version: int | None, here: bool, reviewer: list[str],
-               include_uploads: bool, **options):
+               include_uploads: bool, agreed_only: bool, **options):
         found = Project.objects.filter(slug=project).first()
         if found is None:
             raise CommandError(f"no project with slug {project!r}")
@@ -46,8 +48,9 @@ class Command(BaseCommand):
             raise CommandError(f"project {project!r} has no model version {base_version or '(current)'}")
         settings = {name: options[name] for name in defaults.COMMON if options.get(name) is not None}
         try:
-            job = services.launch(found, base_version=version, filters={"reviewers": reviewer} if reviewer else {},
-                                  include_uploads=include_uploads, enqueue=not here, **settings)
+            filters = ({"reviewers": reviewer} if reviewer else {}) | ({"agreed_only": True} if agreed_only else {})
+            job = services.launch(found, base_version=version, filters=filters, include_uploads=include_uploads,
+                                  enqueue=not here, **settings)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         uploads = f", plus {job.uploads_text}" if job.train_uploads else ""
