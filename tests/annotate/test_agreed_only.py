@@ -101,9 +101,8 @@ def test_launch_training_command_takes_it(project, overlap_items, capsys) -> Non
 
 def test_the_project_and_training_pages_offer_it_once_something_disagrees(client, project, project_admin,
                                                                           overlap_items, monkeypatch) -> None:
-    from annotate.models import Export
-
     from annotate import tasks
+    from annotate.models import Export
 
     monkeypatch.setattr(tasks.run_export, "delay_on_commit", lambda *args: None)  # no worker here
     client.force_login(project_admin)
