@@ -113,3 +113,22 @@ def test_promoting_a_version_that_did_worse_is_warned_of(client, admin, project,
     better = page_with(0.5, 1.0)
     assert "did worse" not in better and '<button type="submit" id="promote">' in better
     assert '<td class="better">1.000</td>' in better
+
+
+def test_the_jobs_table_marks_a_result_worse_than_its_base(client, admin, project, reviewed) -> None:
+    from trainingjobs import runner, services
+
+    job = services.launch(project, base_version=project.current_version, epochs=1, minibatch_size=4,
+                          checkpoint_interval=10, lr=0.05, held_out_fraction=0.25)
+    runner.train(job.pk, "worker-a")
+    job.refresh_from_db()
+    client.force_login(admin)
+    url = reverse("trainingjobs:project_jobs", args=[project.slug])
+
+    for base, new, marked in ((0.9, 0.6, True), (0.6, 0.9, False)):
+        metrics = {**job.metrics, "base": {**job.metrics["base"], "metric": "top1", "value": base},
+                   "new": {**job.metrics["new"], "metric": "top1", "value": new}}
+        TrainingJob.objects.filter(pk=job.pk).update(metrics=metrics)
+        page = client.get(url).content.decode()
+        assert (f'(top1 {new:.3f}) <span class="worse-than-base">worse than its base ({base:.3f})</span>'
+                in page) is marked
