@@ -257,6 +257,23 @@ def _finish(job_id: int, owner: str, tool) -> None:
         held.save()
 
 
+def trained_label(job_id: int, epochs: int, base) -> str:
+    """The name of the version a job trains: "job 7: 10 epochs from <base>".
+
+    A base that a job trained, or whose own name would not fit, is named "version <id>": the names nested one
+    generation per job ("job 9: ... from job 8: ... from ...") until one outgrew the label column, and the job
+    failed after its training was done."""
+    from annotate.models import ModelVersion
+
+    head = f"job {job_id}: {epochs} epoch{'' if epochs == 1 else 's'} from "
+    if base is None:
+        return head + "a deleted version"
+    origin = str(base)
+    if base.created_by_job_id is not None or len(head + origin) > ModelVersion._meta.get_field("label").max_length:
+        origin = f"version {base.pk}"
+    return head + origin
+
+
 def _result_version(job: TrainingJob, owner: str):
     """The version this run publishes: made once per run to success (a rerun after a crash reuses it).
 
@@ -272,7 +289,7 @@ def _result_version(job: TrainingJob, owner: str):
         base = job.base_version
         version = ModelVersion.objects.allocate(
             job.project,
-            label=f"job {job.pk}: {held.epochs} epochs from {base or 'a deleted version'}",
+            label=trained_label(job.pk, held.epochs, base),
             trained=True,
             parent=base,
             created_by_job=job,

@@ -326,3 +326,29 @@ def test_sweep_cancels_a_job_whose_worker_died_after_cancel_was_asked(project, r
 
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED and not job.lease_owner
+
+
+def test_a_trained_versions_name_does_not_nest_its_ancestors(project, reviewed) -> None:
+    """Each generation named its base in full ("job 9: ... from job 8: ... from ..."): the sixth outgrew the
+    200-character label column, and on PostgreSQL the job failed after its training was done."""
+    base = project.current_version
+    base.label = ("a model named at some length " * 7)[:190]  # named by a person, within the 200 allowed
+    base.save(update_fields=["label"])
+
+    first = launch(project, epochs=1)
+    assert runner.train(first.pk, "worker-a") == "succeeded"
+    first.refresh_from_db()
+    assert first.state == JobState.SUCCEEDED
+    assert str(first.result_version) == f"job {first.pk}: 1 epoch from version {base.pk}"  # too long to repeat
+
+    second = services.launch(project, base_version=first.result_version, **(SMALL | {"epochs": 2}))
+    assert runner.train(second.pk, "worker-a") == "succeeded"
+    second.refresh_from_db()
+    assert str(second.result_version) == f"job {second.pk}: 2 epochs from version {first.result_version.pk}"
+
+
+def test_a_short_name_given_by_a_person_is_kept_in_the_trained_versions_name(project) -> None:
+    base = project.current_version
+    base.label = "ops model, March"
+    assert runner.trained_label(12, 3, base) == "job 12: 3 epochs from ops model, March"
+    assert runner.trained_label(12, 3, None) == "job 12: 3 epochs from a deleted version"
