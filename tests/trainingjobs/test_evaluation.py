@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from django.urls import reverse
 
-from trainingjobs import evaluation
+from trainingjobs import evaluation, runner, services
 from trainingjobs.models import TrainingJob
 
 
@@ -37,20 +38,33 @@ def test_an_item_with_several_records_is_one_row_with_each_target_counted(monkey
     assert changed[1]["targets"] == [{"target": "dns", "records": 1}]
 
 
-def test_job_page_lists_changed_items_with_their_reviewed_targets(client, admin, project, reviewed) -> None:
-    from trainingjobs import runner, services
-
+@pytest.fixture
+def trained(project, reviewed) -> TrainingJob:
+    """A job trained for one epoch from the project's current version, a quarter of its records held out."""
     job = services.launch(project, base_version=project.current_version, epochs=1, minibatch_size=4,
                           checkpoint_interval=10, lr=0.05, held_out_fraction=0.25)
     runner.train(job.pk, "worker-a")
+    job.refresh_from_db()
+    return job
+
+
+def with_metrics(job: TrainingJob, *, base: float | None = None, new: float | None = None, **more) -> None:
+    """Store `job`'s metrics with the held-out top-1 of base and new versions (and `more` keys) set as given."""
+    metrics = {**job.metrics, **more}
+    if base is not None:
+        metrics["base"] = {**job.metrics["base"], "metric": "top1", "value": base}
+        metrics["new"] = {**job.metrics["new"], "metric": "top1", "value": new}
+    TrainingJob.objects.filter(pk=job.pk).update(metrics=metrics)
+
+
+def test_job_page_lists_changed_items_with_their_reviewed_targets(client, admin, project, reviewed, trained) -> None:
     item = reviewed[0].pk
     rows = [{"item": item, "target": "db", "targets": [{"target": "db", "records": 2}, {"target": "dns", "records": 1}],
              "before": "dns", "after": "db", "before_confidence": 0.6, "after_confidence": 0.7}]
-    TrainingJob.objects.filter(pk=job.pk).update(metrics={**TrainingJob.objects.get(pk=job.pk).metrics,
-                                                          "changed": rows, "changed_count": 1})
+    with_metrics(trained, changed=rows, changed_count=1)
     client.force_login(admin)
 
-    page = client.get(reverse("trainingjobs:job", args=[job.pk])).content.decode()
+    page = client.get(reverse("trainingjobs:job", args=[trained.pk])).content.decode()
 
     assert "Held-out items whose prediction changed (1)" in page
     link = reverse("item_detail", args=[project.slug, item])
@@ -59,10 +73,7 @@ def test_job_page_lists_changed_items_with_their_reviewed_targets(client, admin,
 
 
 def test_job_log_reads_in_the_viewers_time_zone(client, admin, project, reviewed) -> None:
-    from trainingjobs import services
-
-    job = services.launch(project, base_version=project.current_version, epochs=1, minibatch_size=4,
-                          checkpoint_interval=10, lr=0.05, held_out_fraction=0.25)
+    job = services.launch(project, base_version=project.current_version, epochs=1, minibatch_size=4)
     log = "14:00:00 a line written before stamps had dates\n2026-03-10T23:45:00Z queued\n2026-03-10T23:46:30Z leased"
     TrainingJob.objects.filter(pk=job.pk).update(log=log)
     assert TrainingJob.appended_log("", "hello").endswith("Z hello")  # stored in UTC, with its date
@@ -89,21 +100,12 @@ def test_verdict_follows_the_metrics_direction() -> None:
     assert TrainingJob(metrics={}).held_out_verdict == {"metric": "", "loss": ""}
 
 
-def test_promoting_a_version_that_did_worse_is_warned_of(client, admin, project, reviewed) -> None:
-    from trainingjobs import runner, services
-
-    job = services.launch(project, base_version=project.current_version, epochs=1, minibatch_size=4,
-                          checkpoint_interval=10, lr=0.05, held_out_fraction=0.25)
-    runner.train(job.pk, "worker-a")
-    job.refresh_from_db()
+def test_promoting_a_version_that_did_worse_is_warned_of(client, admin, trained) -> None:
     client.force_login(admin)
-    url = reverse("trainingjobs:job", args=[job.pk])
 
     def page_with(base: float, new: float) -> str:
-        metrics = {**job.metrics, "held_out": 4, "base": {**job.metrics["base"], "metric": "top1", "value": base},
-                   "new": {**job.metrics["new"], "metric": "top1", "value": new}}
-        TrainingJob.objects.filter(pk=job.pk).update(metrics=metrics)
-        return client.get(url).content.decode()
+        with_metrics(trained, base=base, new=new, held_out=4)
+        return client.get(reverse("trainingjobs:job", args=[trained.pk])).content.decode()
 
     worse = page_with(1.0, 0.5)
     assert ("The new version did worse than the base on the 4 held-out records (top1 0.500 against 1.000)"
@@ -115,20 +117,11 @@ def test_promoting_a_version_that_did_worse_is_warned_of(client, admin, project,
     assert '<td class="better">1.000</td>' in better
 
 
-def test_the_jobs_table_marks_a_result_worse_than_its_base(client, admin, project, reviewed) -> None:
-    from trainingjobs import runner, services
-
-    job = services.launch(project, base_version=project.current_version, epochs=1, minibatch_size=4,
-                          checkpoint_interval=10, lr=0.05, held_out_fraction=0.25)
-    runner.train(job.pk, "worker-a")
-    job.refresh_from_db()
+def test_the_jobs_table_marks_a_result_worse_than_its_base(client, admin, project, trained) -> None:
     client.force_login(admin)
-    url = reverse("trainingjobs:project_jobs", args=[project.slug])
 
     for base, new, marked in ((0.9, 0.6, True), (0.6, 0.9, False)):
-        metrics = {**job.metrics, "base": {**job.metrics["base"], "metric": "top1", "value": base},
-                   "new": {**job.metrics["new"], "metric": "top1", "value": new}}
-        TrainingJob.objects.filter(pk=job.pk).update(metrics=metrics)
-        page = client.get(url).content.decode()
+        with_metrics(trained, base=base, new=new)
+        page = client.get(reverse("trainingjobs:project_jobs", args=[project.slug])).content.decode()
         assert (f'(top1 {new:.3f}) <span class="worse-than-base">worse than its base ({base:.3f})</span>'
                 in page) is marked
