@@ -325,3 +325,17 @@ def test_a_queued_job_says_where_it_stands_and_when_no_worker_seems_to_take_jobs
 
     runner.train(job.pk, "worker-a")
     assert "Waiting for a GPU worker" not in client.get(url, **HTMX).content.decode()
+
+
+def test_a_project_without_model_versions_says_how_to_get_one(client, admin, project) -> None:
+    from annotate.models import ModelVersion
+
+    project.current_version = None
+    project.save(update_fields=["current_version"])
+    ModelVersion.objects.filter(project=project).delete()
+    client.force_login(admin)
+
+    page = client.get(reverse("trainingjobs:project_jobs", args=[project.slug])).content.decode()
+
+    assert 'id="no-versions"' in page and "manage.py register_model_version" in page
+    assert 'id="launch-needs-version"' in page and 'id="versions"' not in page
