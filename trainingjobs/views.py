@@ -20,6 +20,7 @@ from django_htmx.http import HTMX_STOP_POLLING
 
 from annotate import versions as version_uploads
 from annotate.models import ModelUpload, ModelVersion
+from annotate.views import display
 from annotate.views.access import admin_project
 from annotate.views.uploads import remove_row, upload_row
 from trainingjobs import plot, services, snapshot
@@ -188,7 +189,22 @@ def _status_context(job: TrainingJob) -> dict:
         "queue": services.queue_place(job),
         "is_current": job.result_version_id is not None
         and job.project.current_version_id == job.result_version_id,
+        "changed": _changed_rows(job),
     }
+
+
+def _changed_rows(job: TrainingJob) -> list[dict]:
+    """The held-out items whose prediction changed, targets and answers as one short line of JSON each (a
+    distribution or a list of documents read as JSON, not as Python). Rows stored before a row listed its
+    targets had one target."""
+    rows = []
+    for row in (job.metrics or {}).get("changed", []):
+        targets = row.get("targets") or [{"target": row.get("target"), "records": 1}]
+        rows.append({"item": row["item"], "before_confidence": row.get("before_confidence"),
+                     "after_confidence": row.get("after_confidence"), "before": display.compact(row.get("before")),
+                     "after": display.compact(row.get("after")), "several": len(targets) > 1,
+                     "targets": [{"text": display.compact(t["target"]), "records": t["records"]} for t in targets]})
+    return rows
 
 
 def _act(request, job: TrainingJob, action, success: str):

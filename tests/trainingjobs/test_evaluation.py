@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import pytest
 from django.urls import reverse
 
@@ -70,6 +72,21 @@ def test_job_page_lists_changed_items_with_their_reviewed_targets(client, admin,
     link = reverse("item_detail", args=[project.slug, item])
     assert f'<a href="{link}">{item}</a>' in page
     assert 'db <span class="muted">(2 reviewers)</span> · dns <span class="muted">(1 reviewer)</span>' in page
+
+
+def test_changed_targets_and_answers_read_as_json(client, admin, project, reviewed, trained) -> None:
+    """A distribution target or a list of documents reads as one line of JSON, not as a Python dict or list; a
+    row stored before rows listed their targets still shows its one target."""
+    rows = [{"item": reviewed[0].pk, "target": {"db": 0.75, "dns": 0.25}, "before": ["d1", "d2"],
+             "after": ["d2", "d1"], "before_confidence": 0.6, "after_confidence": 0.7}]
+    with_metrics(trained, changed=rows, changed_count=1)
+    client.force_login(admin)
+
+    page = html.unescape(client.get(reverse("trainingjobs:job", args=[trained.pk])).content.decode())
+
+    assert '<td>{"db": 0.75, "dns": 0.25}</td>' in page
+    assert '<td>["d1", "d2"] <span class="muted">(0.60)</span></td>' in page
+    assert "{'db'" not in page and "['d1'" not in page
 
 
 def test_job_log_reads_in_the_viewers_time_zone(client, admin, project, reviewed) -> None:
