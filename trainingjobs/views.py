@@ -190,7 +190,22 @@ def _status_context(job: TrainingJob) -> dict:
         "is_current": job.result_version_id is not None
         and job.project.current_version_id == job.result_version_id,
         "changed": _changed_rows(job),
+        "calibration": _calibration_text((job.metrics or {}).get("calibration")),
     }
+
+
+def _calibration_text(report) -> str:
+    """An Investigator verifier's refit calibration in words: "temperature 1.37 on 6 held-out pairs; NLL 1.12 to
+    1.05, ECE 0.210 to 0.154". A report of another shape (stored by an older version) reads as JSON."""
+    if not report:
+        return ""
+    try:
+        before, after = report["before"], report["after"]
+        return (f"temperature {report['temperature']:.3g} on {before['count']} held-out pair"
+                f"{'' if before['count'] == 1 else 's'}; NLL {before['nll']:.3g} to {after['nll']:.3g}, "
+                f"ECE {before['ece']:.3f} to {after['ece']:.3f}")
+    except (KeyError, TypeError, ValueError):
+        return display.compact(report)
 
 
 def _changed_rows(job: TrainingJob) -> list[dict]:

@@ -142,3 +142,16 @@ def test_the_jobs_table_marks_a_result_worse_than_its_base(client, admin, projec
         page = client.get(reverse("trainingjobs:project_jobs", args=[project.slug])).content.decode()
         assert (f'(top1 {new:.3f}) <span class="worse-than-base">worse than its base ({base:.3f})</span>'
                 in page) is marked
+
+
+def test_a_refit_calibration_reads_in_words(client, admin, trained) -> None:
+    report = {"temperature": 1.3712, "before": {"nll": 1.1234, "ece": 0.2101, "count": 6},
+              "after": {"nll": 1.0456, "ece": 0.1539, "count": 6}}
+    with_metrics(trained, calibration=report)
+    client.force_login(admin)
+    url = reverse("trainingjobs:job", args=[trained.pk])
+
+    assert ("Verifier calibration refit on the held-out pairs: temperature 1.37 on 6 held-out pairs; NLL 1.12 to "
+            "1.05, ECE 0.210 to 0.154.") in client.get(url).content.decode()
+    with_metrics(trained, calibration={"report": "an older shape"})
+    assert html.unescape(client.get(url).content.decode()).count('{"report": "an older shape"}') == 1

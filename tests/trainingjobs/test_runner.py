@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -310,6 +311,10 @@ def test_verifier_job_refits_calibration_on_the_held_out_pairs(admin, reviewer) 
 
     job.refresh_from_db()
     assert job.metrics["calibration"]
+    from trainingjobs.views import _calibration_text
+
+    assert re.fullmatch(r"temperature [\d.e+-]+ on 6 held-out pairs; NLL [\d.e+-]+ to [\d.e+-]+, ECE [\d.]+ to [\d.]+",
+                        _calibration_text(job.metrics["calibration"]))  # the job page's words for the real report
     assert job.metrics["new"]["metric"] == "accuracy"
     tool = tools.load_pretrained(str(job.result_version.path))
     receipt = tools.predict(tool, "verification", [{"premise": "a", "hypothesis": "b"}])[0]
