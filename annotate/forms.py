@@ -15,6 +15,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
+from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
 from annotate import export, tooling
@@ -192,8 +193,8 @@ AGREED_ONLY_HELP = ("Their reviewers gave different targets, and training on bot
 def offer_agreed_only(field: forms.BooleanField, project: Project) -> None:
     """Label the box of the `agreed_only` filter with what it leaves out now; disabled when that is nothing."""
     items, answers = export.open_disagreements(project)
-    field.label = (f"Leave out the {items:,} item{'' if items == 1 else 's'} whose reviewers disagree and that no "
-                   f"admin has adjudicated ({answers:,} answer{'' if answers == 1 else 's'})")
+    field.label = (f"Leave out the {items:,} item{pluralize(items)} whose reviewers disagree and that no admin has "
+                   f"adjudicated ({answers:,} answer{pluralize(answers)})")
     field.disabled = not items
 
 

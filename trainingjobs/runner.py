@@ -263,9 +263,11 @@ def trained_label(job_id: int, epochs: int, base) -> str:
     A base that a job trained, or whose own name would not fit, is named "version <id>": the names nested one
     generation per job ("job 9: ... from job 8: ... from ...") until one outgrew the label column, and the job
     failed after its training was done."""
+    from django.template.defaultfilters import pluralize
+
     from annotate.models import ModelVersion
 
-    head = f"job {job_id}: {epochs} epoch{'' if epochs == 1 else 's'} from "
+    head = f"job {job_id}: {epochs} epoch{pluralize(epochs)} from "
     if base is None:
         return head + "a deleted version"
     origin = str(base)

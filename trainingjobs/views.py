@@ -13,6 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.db.models.functions import Mod
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -189,6 +190,7 @@ def _status_context(job: TrainingJob) -> dict:
         "queue": services.queue_place(job),
         "is_current": job.result_version_id is not None
         and job.project.current_version_id == job.result_version_id,
+        "verdict": job.held_out_verdict,  # read several times by the fragment, polled every second
         "changed": _changed_rows(job),
         "calibration": _calibration_text((job.metrics or {}).get("calibration")),
     }
@@ -201,8 +203,8 @@ def _calibration_text(report) -> str:
         return ""
     try:
         before, after = report["before"], report["after"]
-        return (f"temperature {report['temperature']:.3g} on {before['count']} held-out pair"
-                f"{'' if before['count'] == 1 else 's'}; NLL {before['nll']:.3g} to {after['nll']:.3g}, "
+        return (f"temperature {report['temperature']:.3g} on {before['count']} held-out "
+                f"pair{pluralize(before['count'])}; NLL {before['nll']:.3g} to {after['nll']:.3g}, "
                 f"ECE {before['ece']:.3f} to {after['ece']:.3f}")
     except (KeyError, TypeError, ValueError):
         return display.compact(report)
