@@ -116,7 +116,9 @@ class ProjectForm(forms.ModelForm):
 class MemberForm(forms.Form):
     """One or several users to add (or whose role to change): a team of 20 is pasted at once, not typed 20 times.
 
-    `cleaned_data["username"]` is the list of users, in the order given; an unknown name adds nobody.
+    `cleaned_data["username"]` is the list of existing users, in the order given, and `cleaned_data["new_names"]`
+    the names that have no account yet: allowed only when whoever adds them may create accounts and asked to
+    (`create`); otherwise an unknown name adds nobody.
     """
 
     MAX_NAMES = 500
@@ -126,6 +128,14 @@ class MemberForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2, "autocomplete": "off", "spellcheck": "false"}),
         help_text="One or several, separated by commas, spaces or new lines; each gets the role chosen.")
     role = forms.ChoiceField(choices=Role.choices, initial=Role.REVIEWER)
+    create = forms.BooleanField(
+        label="Create accounts for names that have none", required=False,
+        help_text="Each new account gets a link, shown once, with which its owner sets a password.")
+
+    def __init__(self, *args, may_create: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not may_create:
+            del self.fields["create"]
 
     def clean_username(self):
         names = list(dict.fromkeys(re.split(r"[\s,;]+", self.cleaned_data["username"].strip())))
@@ -134,13 +144,46 @@ class MemberForm(forms.Form):
             raise ValidationError("Give at least one username.")
         if len(names) > self.MAX_NAMES:
             raise ValidationError(f"{len(names):,} usernames at once; give at most {self.MAX_NAMES}.")
-        found = {user.get_username(): user
-                 for user in get_user_model().objects.filter(username__in=names, is_active=True)}
-        missing = [name for name in names if name not in found]
-        if missing:
-            shown = ", ".join(repr(name) for name in missing[:10]) + (" ..." if len(missing) > 10 else "")
-            raise ValidationError(f"No active user named {shown}; nobody was added.")
-        return [found[name] for name in names]
+        return names
+
+    def clean(self):
+        cleaned = super().clean()
+        names = cleaned.get("username")
+        if not names:
+            return cleaned
+        model = get_user_model()
+        existing = {user.get_username(): user for user in model.objects.filter(username__in=names)}
+        inactive = [name for name in names if name in existing and not existing[name].is_active]
+        if inactive:
+            self.add_error("username", f"{_listed(inactive)}: deactivated; nobody was added.")
+            return cleaned
+        missing = [name for name in names if name not in existing]
+        if missing and not cleaned.get("create"):
+            hint = " Tick \u201cCreate accounts\u201d to create them." if "create" in self.fields else (
+                " Ask a site administrator to create their accounts.")
+            self.add_error("username", f"No user named {_listed(missing)}; nobody was added.{hint}")
+            return cleaned
+        invalid = [name for name in missing if not _valid_username(model, name)]
+        if invalid:
+            self.add_error("username", f"Not a possible username: {_listed(invalid)} (at most 150 letters, digits "
+                                       f"and @ . + - _); nobody was added.")
+            return cleaned
+        cleaned["username"] = [existing[name] for name in names if name in existing]
+        cleaned["new_names"] = missing
+        return cleaned
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(repr(name) for name in names[:10]) + (" ..." if len(names) > 10 else "")
+
+
+def _valid_username(model, name: str) -> bool:
+    field = model._meta.get_field(model.USERNAME_FIELD)
+    try:
+        field.run_validators(name)
+    except ValidationError:
+        return False
+    return len(name) <= field.max_length
 
 
 class ProjectDeleteForm(forms.Form):

@@ -133,6 +133,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
+# How long an admin's set-password link works (annotate.accounts): a new teammate may open it days later.
+PASSWORD_RESET_TIMEOUT = int(float(os.environ.get("TC_PASSWORD_LINK_DAYS", 7)) * 86400)
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 

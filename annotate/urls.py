@@ -22,6 +22,7 @@ urlpatterns = [
     path(project + "delete/", projects.project_delete, name="project_delete"),
     path(project + "members/", projects.member_add, name="member_add"),
     path(project + "members/<int:pk>/remove/", projects.member_remove, name="member_remove"),
+    path(project + "members/<int:pk>/link/", projects.member_link, name="member_link"),
     path(project + "version/", projects.version_select, name="version_select"),
     path(project + "predictions/requeue/", projects.predictions_requeue, name="predictions_requeue"),
     path(project + "refused/inputs/", projects.refused_inputs, name="refused_inputs"),
@@ -54,6 +55,8 @@ urlpatterns = [
          name="adjudicate_all_distribution"),
     path(project + "items/<int:pk>/adjudicate/", agreement.adjudication_page, name="adjudication_page"),
     path(project + "items/<int:pk>/adjudicate/submit/", agreement.adjudicate, name="adjudicate"),
+    # No email leaves this site: a forgotten password gets a set-password link from an admin (annotate.accounts).
+    path("accounts/password_reset/", pages.password_forgotten, name="password_reset"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -352,6 +352,31 @@
     say("The server did not answer. Check your connection; nothing on this page was lost.");
   });
 
+  // A set-password link (or any read-only field) is selected whole when focused, and [data-copy="#id"] copies
+  // that field's text: the clipboard where the browser allows it (a secure page), else the selection's copy.
+  document.addEventListener("focusin", function (event) {
+    if (event.target.matches && event.target.matches("[data-select-on-focus]")) event.target.select();
+  });
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-copy]");
+    if (!button) return;
+    var field = document.querySelector(button.dataset.copy);
+    if (!field) return;
+    function copied() {
+      button.textContent = "Copied";
+      var label = button.getAttribute("aria-label");
+      if (label) button.setAttribute("aria-label", label.replace(/^Copy\b/, "Copied"));
+    }
+    field.select();
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(field.value).then(copied, function () {
+        if (document.execCommand("copy")) copied();
+      });
+    } else if (document.execCommand("copy")) {
+      copied();
+    }
+  });
+
   // After htmx swaps in the next item, start from the top of the workspace with nothing focused.
   document.addEventListener("htmx:afterSwap", function (event) {
     if (event.detail.target && event.detail.target.id === "workspace" || event.target.id === "workspace") {

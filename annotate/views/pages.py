@@ -1,4 +1,5 @@
-"""The home page (the user's projects with progress) and a project's page."""
+"""The home page (the user's projects with progress), a project's page, and what to do about a forgotten
+password."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ from annotate import progress, tasks
 from annotate.forms import ExperienceUploadForm, ExportForm, ImportForm
 from annotate.models import FINAL_KINDS, FINISHED_STATUSES, Answer, Item, ItemStatus, Membership, Project, UploadState
 from annotate.views import access
+
+
+@require_GET
+def password_forgotten(request: HttpRequest) -> HttpResponse:
+    """In place of Django's emailed reset, which needs a mail server this site does not have: whom to ask."""
+    return render(request, "registration/password_forgotten.html")
 
 
 @require_GET

@@ -6,18 +6,20 @@ from __future__ import annotations
 import json
 import logging
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from annotate import deletion, guidelines, progress, tasks
+from annotate import accounts, deletion, guidelines, progress, tasks
 from annotate.forms import MemberForm, ProjectDeleteForm, ProjectForm, VersionForm
 from annotate.models import Claim, Item, ItemStatus, Membership, ModelVersion, Role
 from annotate.views import access
@@ -56,7 +58,7 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
         form.save()
         messages.success(request, "Project settings saved.")
         return redirect("project_settings", slug=project.slug)
-    return render(request, "annotate/project_form.html", _settings_context(project, form=form))
+    return render(request, "annotate/project_form.html", _settings_context(request, project, form=form))
 
 
 @require_POST
@@ -79,22 +81,54 @@ def guidelines_preview(request: HttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 def member_add(request: HttpRequest, slug: str) -> HttpResponse:
-    """Add members (one or several usernames), or change existing members' role."""
+    """Add members (one or several usernames), or change existing members' role; site administrators may create
+    the accounts of names that have none, and are then shown each new account's set-password link, once."""
     project = access.admin_project(request, slug)
-    form = MemberForm(request.POST)
+    form = MemberForm(request.POST, may_create=accounts.can_create(request.user))
     if not form.is_valid():
         return render(request, "annotate/project_form.html",
-                      _settings_context(project, member_form=form), status=400)
-    users, role = form.cleaned_data["username"], form.cleaned_data["role"]
-    with transaction.atomic():
-        for user in users:
-            Membership.objects.update_or_create(project=project, user=user, defaults={"role": role})
-    names = [user.get_username() for user in users]
+                      _settings_context(request, project, member_form=form), status=400)
+    users, role, new_names = form.cleaned_data["username"], form.cleaned_data["role"], form.cleaned_data["new_names"]
+    try:
+        with transaction.atomic():
+            created = accounts.create(new_names)
+            for user in users + created:
+                Membership.objects.update_or_create(project=project, user=user, defaults={"role": role})
+    except IntegrityError:  # another admin created one of these names a moment ago
+        form.add_error("username", "One of these accounts was created meanwhile by someone else; nobody was "
+                                   "added. Submit again to add them.")
+        return render(request, "annotate/project_form.html",
+                      _settings_context(request, project, member_form=form), status=409)
+    names = [user.get_username() for user in users + created]
     if len(names) == 1:
         messages.success(request, f"{names[0]} is now a {role} of {project.name}.")
     else:
         messages.success(request, f"{len(names):,} users are now {role}s of {project.name}: {', '.join(names)}.")
+    if created:
+        return _links_page(request, project, created, new=True)
     return redirect("project_settings", slug=project.slug)
+
+
+@require_POST
+@login_required
+def member_link(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """A new set-password link for a member who lost theirs, never used it, or forgot their password."""
+    project = access.admin_project(request, slug)
+    membership = get_object_or_404(Membership.objects.select_related("user"), pk=pk, project=project)
+    refusal = accounts.may_issue_link(request.user, membership.user)
+    if refusal:
+        raise PermissionDenied(refusal)
+    return _links_page(request, project, [membership.user], new=False)
+
+
+def _links_page(request: HttpRequest, project, users: list, *, new: bool) -> HttpResponse:
+    """The set-password links, shown once; the page is never cached, as each link sets a password."""
+    links = [(user.get_username(), accounts.set_password_link(request, user)) for user in users]
+    response = render(request, "annotate/member_links.html", {
+        "project": project, "links": links, "new": new,
+        "days": round(settings.PASSWORD_RESET_TIMEOUT / 86400, 1)})
+    add_never_cache_headers(response)
+    return response
 
 
 @require_POST
@@ -187,7 +221,7 @@ def version_select(request: HttpRequest, slug: str) -> HttpResponse:
     form = VersionForm(request.POST, project=project)
     if not form.is_valid():
         return render(request, "annotate/project_form.html",
-                      _settings_context(project, version_form=form), status=400)
+                      _settings_context(request, project, version_form=form), status=400)
     changed = project.current_version_id != form.cleaned_data["version"].pk
     project.current_version = form.cleaned_data["version"]
     project.save(update_fields=["current_version"])
@@ -198,14 +232,18 @@ def version_select(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("project_settings", slug=project.slug)
 
 
-def _settings_context(project, *, form=None, member_form=None, version_form=None) -> dict:
+def _settings_context(request, project, *, form=None, member_form=None, version_form=None) -> dict:
+    may_create = accounts.can_create(request.user)
+    # Admins first, then names as people read them ("reviewer2" before "reviewer10").
+    members = sorted(project.memberships.select_related("user"),
+                     key=lambda m: (m.role != Role.ADMIN, progress.name_order(m.user.get_username())))
+    for m in members:
+        m.may_link = accounts.may_issue_link(request.user, m.user) is None
     return {
         "project": project,
         "form": form or ProjectForm(instance=project),
-        "member_form": member_form or MemberForm(),
+        "member_form": member_form or MemberForm(may_create=may_create),
         "version_form": version_form or VersionForm(project=project),
-        # Admins first, then names as people read them ("reviewer2" before "reviewer10").
-        "members": sorted(project.memberships.select_related("user"),
-                          key=lambda m: (m.role != Role.ADMIN, progress.name_order(m.user.get_username()))),
+        "members": members,
         "creating": False,
     }

@@ -479,7 +479,7 @@ def test_an_admin_adds_a_team_at_once_and_an_unknown_name_adds_nobody(client, pr
 
     refused = client.post(url, {"username": "tom, nobody\numa ghost", "role": "reviewer"})
     assert refused.status_code == 400
-    assert "No active user named &#x27;nobody&#x27;, &#x27;ghost&#x27;; nobody was added." in refused.content.decode()
+    assert "No user named &#x27;nobody&#x27;, &#x27;ghost&#x27;; nobody was added." in refused.content.decode()
     assert not Membership.objects.filter(project=project, user__username="tom").exists()
 
     page = client.post(url, {"username": "tom, uma\nvic  tom;rita", "role": "reviewer"}, follow=True)

@@ -46,3 +46,51 @@ def test_an_admin_finds_and_removes_one_of_many_members(page, artifacts, django_
     page.locator("#member-filter").dispatch_event("input")
     assert page.locator("#member-filter-none").is_visible()
     assert page.locator("#members-table tbody tr:visible").count() == 0
+
+
+def test_a_site_admin_creates_a_reviewers_account_and_the_reviewer_sets_a_password(
+        page, browser, artifacts, django_user_model) -> None:
+    django_user_model.objects.create_superuser("ada", password=PASSWORD)
+    project = Project.objects.create(slug="outages", name="Outages", tool="decision", mode="rank",
+                                     configuration={"dim": 8, "buckets": 64})
+    Membership.objects.create(project=project, user=django_user_model.objects.get(username="ada"), role=Role.ADMIN)
+
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/outages/settings/")
+    page.get_by_label("Usernames").fill("carol")
+    page.get_by_label("Create accounts for names that have none").check()
+    page.get_by_role("button", name="Add or update members").click()
+    page.wait_for_url("**/members/")
+    assert page.get_by_role("heading", level=1).inner_text() == "New account"
+    page.screenshot(path=artifacts / "2-account-created.png", full_page=True)
+    page.get_by_role("button", name="Copy the link for carol").click()
+    page.get_by_role("button", name="Copied the link for carol").wait_for()
+    link = page.evaluate("navigator.clipboard.readText()")
+    assert link == page.get_by_label("Set-password link for carol").input_value()
+    assert "/accounts/reset/" in link
+
+    newcomer = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        theirs = newcomer.new_page()
+        theirs.goto(link)
+        theirs.get_by_role("heading", name="Set your password").wait_for()
+        assert "For carol." in theirs.locator("hgroup").inner_text()
+        theirs.locator("#id_new_password1").fill("carols-own-passphrase")
+        theirs.locator("#id_new_password2").fill("carols-own-passphrase")
+        theirs.screenshot(path=artifacts / "3-set-password.png", full_page=True)
+        theirs.get_by_role("button", name="Set password").click()
+        theirs.get_by_role("heading", name="Password set").wait_for()
+        theirs.get_by_role("button", name="Sign in").click()
+        theirs.get_by_label("Username").fill("carol")
+        theirs.get_by_label("Password").fill("carols-own-passphrase")
+        theirs.get_by_role("button", name="Sign in").click()
+        theirs.wait_for_url(f"{page.base_url}/")
+        assert "Outages" in theirs.locator("main").inner_text()
+    finally:
+        newcomer.close()
+
+    page.goto(f"{page.base_url}/projects/outages/settings/")
+    carol_row = page.locator("#members-table tr", has_text="carol")
+    assert "never" not in carol_row.inner_text()  # she has signed in
+    page.screenshot(path=artifacts / "4-members-signed-in.png", full_page=True)

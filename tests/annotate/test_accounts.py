@@ -1,0 +1,224 @@
+"""Accounts for a team: an admin creates reviewers' accounts and gives set-password links; everyone changes their
+own password; a forgotten password says whom to ask (the site sends no email)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
+from django.urls import reverse
+
+from annotate.models import Membership, Role
+
+PASSWORD = "a-long-new-passphrase"
+
+
+@pytest.fixture
+def site_admin(project_admin):
+    """The project's admin, who may also create and change users on the site (Django's auth permissions)."""
+    project_admin.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="auth", codename__in=["add_user", "change_user"]))
+    return type(project_admin).objects.get(pk=project_admin.pk)  # permissions are cached per instance
+
+
+def links_in(page: str) -> list[str]:
+    return re.findall(r'value="(http://testserver/accounts/reset/[^"]+)"', page)
+
+
+def set_password(client, link: str, password: str = PASSWORD):
+    """Follow a set-password link like a browser: Django moves the token into the session, then the form."""
+    form = client.get(link.removeprefix("http://testserver"), follow=True)
+    assert form.status_code == 200
+    assert "Set your password" in form.content.decode()
+    return client.post(form.redirect_chain[-1][0], {"new_password1": password, "new_password2": password},
+                       follow=True)
+
+
+@pytest.mark.django_db
+def test_a_site_admin_creates_accounts_and_each_new_reviewer_sets_their_password(client, project, site_admin,
+                                                                                  django_user_model) -> None:
+    client.force_login(site_admin)
+    page = client.get(reverse("project_settings", args=[project.slug])).content.decode()
+    assert "Create accounts for names that have none" in page
+
+    created = client.post(reverse("member_add", args=[project.slug]),
+                          {"username": "carol, dan\nrita", "role": "reviewer", "create": "on"})
+    assert created.status_code == 200
+    assert "no-store" in created["Cache-Control"]  # each link sets a password: never kept by a cache
+    body = created.content.decode()
+    assert "New accounts" in body and "3 users are now reviewers of Outages: rita, carol, dan." in body
+    links = links_in(body)
+    assert len(links) == 2  # rita had an account: no link for her
+    assert ">carol</td>" in body and ">dan</td>" in body and ">rita</td>" not in body
+    carol = django_user_model.objects.get(username="carol")
+    assert not carol.has_usable_password()
+    assert project.memberships.get(user=carol).role == Role.REVIEWER
+
+    visitor = Client()
+    done = set_password(visitor, links[0])
+    assert "Password set" in done.content.decode()
+    assert visitor.login(username="carol", password=PASSWORD)
+    assert "Outages" in visitor.get(reverse("home")).content.decode()
+    # Used once, the link no longer works.
+    again = Client().get(links[0].removeprefix("http://testserver"), follow=True).content.decode()
+    assert "This link no longer works" in again
+
+
+@pytest.mark.django_db
+def test_without_the_right_to_create_users_an_unknown_name_still_adds_nobody(client, project, project_admin,
+                                                                             django_user_model) -> None:
+    client.force_login(project_admin)
+    page = client.get(reverse("project_settings", args=[project.slug])).content.decode()
+    assert "Create accounts" not in page
+    assert "Set-password link" not in page  # nor may they set others' passwords
+
+    refused = client.post(reverse("member_add", args=[project.slug]),
+                          {"username": "rita carol", "role": "reviewer", "create": "on"})
+    assert refused.status_code == 400
+    assert ("No user named &#x27;carol&#x27;; nobody was added. Ask a site administrator to create their accounts."
+            in refused.content.decode())
+    assert not django_user_model.objects.filter(username="carol").exists()
+
+
+@pytest.mark.django_db
+def test_unknown_names_need_the_box_ticked_and_impossible_names_create_nobody(client, project, site_admin,
+                                                                              django_user_model) -> None:
+    client.force_login(site_admin)
+    url = reverse("member_add", args=[project.slug])
+    unticked = client.post(url, {"username": "carol", "role": "reviewer"})
+    assert unticked.status_code == 400
+    assert "Tick “Create accounts” to create them." in unticked.content.decode()
+
+    impossible = client.post(url, {"username": "carol d/e " + "x" * 151, "role": "reviewer", "create": "on"})
+    assert impossible.status_code == 400
+    assert "Not a possible username: &#x27;d/e&#x27;, &#x27;xxx" in impossible.content.decode()
+    assert not django_user_model.objects.filter(username="carol").exists()
+
+    gone = django_user_model.objects.create_user("gone", is_active=False)
+    deactivated = client.post(url, {"username": "gone carol", "role": "reviewer", "create": "on"})
+    assert "&#x27;gone&#x27;: deactivated; nobody was added." in deactivated.content.decode()
+    assert not project.memberships.filter(user=gone).exists()
+    assert not django_user_model.objects.filter(username="carol").exists()
+
+
+@pytest.mark.django_db
+def test_a_member_who_lost_their_link_gets_a_new_one_and_their_password_works_until_then(
+        client, project, site_admin, reviewer) -> None:
+    client.force_login(site_admin)
+    page = client.get(reverse("project_settings", args=[project.slug])).content.decode()
+    assert 'aria-label="Set-password link for rita"' in page
+    assert 'aria-label="Set-password link for ada"' not in page  # their own: the account page
+    assert "never" in page  # nobody here has signed in yet
+
+    membership = project.memberships.get(user=reviewer)
+    issued = client.post(reverse("member_link", args=[project.slug, membership.pk]))
+    assert issued.status_code == 200 and "no-store" in issued["Cache-Control"]
+    assert "Their current password keeps working until they set a new one." in " ".join(
+        issued.content.decode().split())
+    [link] = links_in(issued.content.decode())
+    reviewer.refresh_from_db()
+    assert reviewer.check_password("a-long-password")  # still theirs (signing in now would spend the link)
+
+    set_password(Client(), link, "another-long-passphrase")
+    assert not Client().login(username="rita", password="a-long-password")
+    assert Client().login(username="rita", password="another-long-passphrase")
+
+
+@pytest.mark.django_db
+def test_who_may_give_a_set_password_link(client, project, site_admin, project_admin, reviewer, outsider,
+                                          django_user_model) -> None:
+    membership = project.memberships.get(user=reviewer)
+    url = reverse("member_link", args=[project.slug, membership.pk])
+
+    client.force_login(reviewer)
+    assert client.post(url).status_code == 403  # not an admin of the project
+    client.force_login(outsider)
+    assert client.post(url).status_code == 404  # not a member at all
+    plain_admin = django_user_model.objects.create_user("pat")
+    Membership.objects.create(project=project, user=plain_admin, role=Role.ADMIN)
+    client.force_login(plain_admin)
+    assert client.post(url).status_code == 403  # a project admin without the site's right to change users
+    client.force_login(site_admin)
+    assert client.get(url).status_code == 405
+    own = project.memberships.get(user=site_admin)
+    assert client.post(reverse("member_link", args=[project.slug, own.pk])).status_code == 403
+
+    boss = django_user_model.objects.create_superuser("boss", password="a-long-password")
+    boss_membership = Membership.objects.create(project=project, user=boss, role=Role.ADMIN)
+    refused = client.post(reverse("member_link", args=[project.slug, boss_membership.pk]))
+    assert refused.status_code == 403
+    assert "Only a superuser gives boss a set-password link." in refused.content.decode()
+    client.force_login(boss)
+    assert client.post(reverse("member_link", args=[project.slug, membership.pk])).status_code == 200
+
+
+@pytest.mark.django_db
+def test_everyone_changes_their_own_password_on_the_account_page(client, reviewer) -> None:
+    client.force_login(reviewer)
+    home = client.get(reverse("home")).content.decode()
+    assert f'href="{reverse("password_change")}"' in home
+
+    page = client.get(reverse("password_change")).content.decode()
+    assert "Your account" in page and "Signed in as <strong>rita</strong>" in page and "site-header" in page
+    wrong = client.post(reverse("password_change"), {"old_password": "not-it", "new_password1": PASSWORD,
+                                                     "new_password2": PASSWORD})
+    assert wrong.status_code == 200 and "Your old password was entered incorrectly" in wrong.content.decode()
+
+    done = client.post(reverse("password_change"), {"old_password": "a-long-password", "new_password1": PASSWORD,
+                                                    "new_password2": PASSWORD}, follow=True)
+    assert "Password changed" in done.content.decode()
+    assert client.get(reverse("home")).status_code == 200  # still signed in here
+    assert Client().login(username="rita", password=PASSWORD)
+
+    client.logout()
+    assert client.get(reverse("password_change"))["Location"].startswith(reverse("login"))
+
+
+@pytest.mark.django_db
+def test_a_forgotten_password_says_whom_to_ask_and_sends_nothing(client, reviewer) -> None:
+    login = client.get(reverse("login")).content.decode()
+    assert f'href="{reverse("password_reset")}"' in login and "Forgot your password?" in login
+    page = client.get(reverse("password_reset"))
+    assert page.status_code == 200 and "This site sends no email" in page.content.decode()
+    assert client.post(reverse("password_reset"), {"email": "rita@example.com"}).status_code == 405
+
+
+@pytest.mark.django_db
+def test_a_forged_or_mangled_link_sets_nothing(client, reviewer) -> None:
+    page = client.get(reverse("password_reset_confirm", kwargs={"uidb64": "MQ", "token": "set-password"}),
+                      follow=True)
+    assert page.status_code == 200 and "This link no longer works" in page.content.decode()
+    nobody = client.get(reverse("password_reset_confirm", kwargs={"uidb64": "OTk5OTk", "token": "abc-def"}),
+                        follow=True)  # user 99999
+    assert "This link no longer works" in nobody.content.decode()
+
+
+@pytest.mark.django_db
+def test_signing_in_spends_a_link_given_earlier(client, project, site_admin, reviewer) -> None:
+    client.force_login(site_admin)
+    issued = client.post(reverse("member_link", args=[project.slug, project.memberships.get(user=reviewer).pk]))
+    [link] = links_in(issued.content.decode())
+    assert Client().login(username="rita", password="a-long-password")
+    page = Client().get(link.removeprefix("http://testserver"), follow=True).content.decode()
+    assert "This link no longer works" in page
+
+
+@pytest.mark.django_db
+def test_an_account_created_meanwhile_by_another_admin_adds_nobody_and_says_so(client, project, site_admin,
+                                                                               django_user_model,
+                                                                               monkeypatch) -> None:
+    from annotate import accounts
+
+    def created_elsewhere_first(names):
+        django_user_model.objects.create_user(names[0])  # the other admin's request, a moment earlier
+        return [django_user_model.objects.create_user(name) for name in names]
+
+    monkeypatch.setattr(accounts, "create", created_elsewhere_first)
+    client.force_login(site_admin)
+    page = client.post(reverse("member_add", args=[project.slug]),
+                       {"username": "carol", "role": "reviewer", "create": "on"})
+    assert page.status_code == 409
+    assert "created meanwhile by someone else; nobody was added" in page.content.decode()
+    assert not project.memberships.filter(user__username="carol").exists()
