@@ -19,6 +19,7 @@ from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
 from annotate import export, tooling
+from annotate.middleware import zone_names
 from annotate.models import ExportFormat, Project, Role
 from annotate.views import display
 
@@ -184,6 +185,18 @@ def _valid_username(model, name: str) -> bool:
     except ValidationError:
         return False
     return len(name) <= field.max_length
+
+
+class TimeZoneForm(forms.Form):
+    """The time zone a user's pages use on every browser; empty follows each browser's own."""
+
+    time_zone = forms.ChoiceField(
+        label="Show times in", required=False, error_messages={"invalid_choice": "No time zone is named %(value)s."},
+        help_text="Times on the pages (leases, answers, jobs, the progress charts' days) read in it.")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["time_zone"].choices = [("", "Follow this browser")] + [(z, z) for z in zone_names()]
 
 
 class ProjectDeleteForm(forms.Form):

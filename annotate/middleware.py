@@ -7,6 +7,7 @@ import zoneinfo
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.shortcuts import resolve_url
 from django.utils import timezone
 
@@ -66,11 +67,28 @@ def browser_zone(name: str) -> zoneinfo.ZoneInfo | None:
     return zoneinfo.ZoneInfo(name) if name in _zone_names() else None
 
 
-class BrowserTimeZone:
-    """Times on the pages read in the user's own time zone, which `static/timezone.js` keeps in a cookie.
+def zone_names() -> list[str]:
+    """Every zone a user may choose, sorted (the account page's list)."""
+    return sorted(_zone_names())
 
-    Without the cookie (a first page, a client without JavaScript) or with a name the database lacks, times stay
+
+def account_zone(user) -> str:
+    """The time zone `user` chose on their account page, or "" (follow the browser)."""
+    if not user.is_authenticated:
+        return ""
+    try:
+        return user.account_settings.time_zone
+    except ObjectDoesNotExist:
+        return ""
+
+
+class BrowserTimeZone:
+    """Times on the pages read in the user's own time zone: the one they chose on their account page, else their
+    browser's, which `static/timezone.js` keeps in a cookie.
+
+    Without either (a first page, a client without JavaScript) or with a name the database lacks, times stay
     in `TIME_ZONE` (UTC). The footer says which zone a page uses. JSON and exports keep ISO 8601 with offsets.
+    The account's choice comes with the user (`annotate.backends`): a signed-in page loads the user anyway.
     """
 
     def __init__(self, get_response):
@@ -78,7 +96,10 @@ class BrowserTimeZone:
         _zone_names()  # reads the time zone database (about 80 ms) as the site starts, not in a request
 
     def __call__(self, request):
-        zone = browser_zone(request.COOKIES.get(TIME_ZONE_COOKIE, ""))
+        zone = browser_zone(account_zone(request.user))
+        request.time_zone_chosen = zone is not None  # else the browser's, from the cookie
+        if zone is None:
+            zone = browser_zone(request.COOKIES.get(TIME_ZONE_COOKIE, ""))
         if zone is None:
             timezone.deactivate()
         else:

@@ -866,3 +866,18 @@ class DemoSeed(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+
+class AccountSettings(models.Model):
+    """What a user sets for themselves and carries from browser to browser: the time zone their pages use.
+
+    Read with the user in one query on every request (`annotate.backends.ModelBackend`), so a change shows on
+    the user's other devices at their next page. A user without a row follows their browser.
+    """
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="account_settings")
+    time_zone = models.CharField(max_length=64, blank=True,
+                                 help_text="An IANA name such as Europe/Berlin; empty: the browser's own zone.")
+
+    def __str__(self) -> str:
+        return f"settings of {self.user}"

@@ -132,6 +132,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Django's ModelBackend, reading the user's own settings (their time zone) with the user in one query.
+AUTHENTICATION_BACKENDS = ["annotate.backends.ModelBackend"]
 LOGIN_URL = "login"
 # How long an admin's set-password link works (annotate.accounts): a new teammate may open it days later.
 PASSWORD_RESET_TIMEOUT = int(float(os.environ.get("TC_PASSWORD_LINK_DAYS", 7)) * 86400)

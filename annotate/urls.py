@@ -7,7 +7,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from annotate.views import agreement, items, pages, progress, projects, review, transfer
+from annotate.views import account, agreement, items, pages, progress, projects, review, transfer
 
 project = "projects/<slug:slug>/"
 
@@ -57,6 +57,8 @@ urlpatterns = [
     path(project + "items/<int:pk>/adjudicate/submit/", agreement.adjudicate, name="adjudicate"),
     # No email leaves this site: a forgotten password gets a set-password link from an admin (annotate.accounts).
     path("accounts/password_reset/", pages.password_forgotten, name="password_reset"),
+    path("accounts/password_change/", account.AccountPage.as_view(), name="password_change"),
+    path("accounts/time-zone/", account.time_zone, name="account_time_zone"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
 ]

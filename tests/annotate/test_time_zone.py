@@ -100,3 +100,70 @@ def test_export_since_starts_at_the_admins_midnight(project) -> None:
     assert datetime.fromisoformat(form.filters()["after"]) == datetime(2026, 3, 10, tzinfo=UTC)
     with timezone.override(ZoneInfo("Asia/Kolkata")):
         assert datetime.fromisoformat(form.filters()["after"]) == datetime(2026, 3, 9, 18, 30, tzinfo=UTC)
+
+
+def test_a_zone_chosen_on_the_account_page_holds_on_every_browser_before_any_script_ran(
+        client, project, reviewer, ready_items) -> None:
+    from django.test import Client
+
+    item = ready_items(project, [0.2])[0]
+    queue.claim_next(project, reviewer)
+    expires = Claim.objects.get(item=item, reviewer=reviewer).expires_at
+    client.force_login(reviewer)
+    client.cookies["tc_tz"] = "Europe/Berlin"
+    page = client.get(reverse("password_change")).content.decode()
+    assert "This browser is in Europe/Berlin." in page
+    assert '<option value="" selected>Follow this browser</option>' in page
+
+    saved = client.post(reverse("account_time_zone"), {"time_zone": "Asia/Kolkata"}, follow=True)
+    assert "Times are now shown in Asia/Kolkata on every browser you use." in saved.content.decode()
+    assert '<option value="Asia/Kolkata" selected>' in saved.content.decode()
+    # The account's choice wins over this browser's cookie ...
+    assert f">{expires.astimezone(ZoneInfo('Asia/Kolkata')):%H:%M}</time>" in lease_text(client, project, item)
+    assert "Times are shown in Asia/Kolkata, as your account sets." in client.get(reverse("home")).content.decode()
+    # ... and holds on a browser that never ran timezone.js, from its first page.
+    other = Client()
+    other.force_login(reviewer)
+    assert f">{expires.astimezone(ZoneInfo('Asia/Kolkata')):%H:%M}</time>" in lease_text(other, project, item)
+
+    client.post(reverse("account_time_zone"), {"time_zone": ""})
+    assert "Times are shown in Europe/Berlin." in client.get(reverse("home")).content.decode()
+    assert "Times are shown in UTC." in other.get(reverse("home")).content.decode()
+
+
+@pytest.mark.parametrize("junk", ["Mars/Olympus_Mons", "../../../etc/passwd", "Asia/Kolkata\x00", "x" * 100])
+def test_a_zone_the_database_lacks_is_refused_and_nothing_changes(client, reviewer, junk) -> None:
+    client.force_login(reviewer)
+    client.post(reverse("account_time_zone"), {"time_zone": "Asia/Tokyo"})
+    refused = client.post(reverse("account_time_zone"), {"time_zone": junk})
+    assert refused.status_code == 400
+    assert "No time zone is named" in refused.content.decode()
+    assert reviewer.account_settings.time_zone == "Asia/Tokyo"
+    assert "Times are shown in Asia/Tokyo" in client.get(reverse("home")).content.decode()
+
+
+def test_a_chosen_zone_the_database_no_longer_has_falls_back_to_the_browsers(client, reviewer) -> None:
+    from annotate.models import AccountSettings
+
+    AccountSettings.objects.create(user=reviewer, time_zone="Gone/Zone")  # say, after a tzdata upgrade
+    client.force_login(reviewer)
+    client.cookies["tc_tz"] = "Asia/Tokyo"
+    assert "Times are shown in Asia/Tokyo." in client.get(reverse("home")).content.decode()
+
+
+def test_the_time_zone_needs_a_signed_in_post(client, reviewer) -> None:
+    assert client.post(reverse("account_time_zone"), {"time_zone": "Asia/Tokyo"})["Location"].startswith(
+        reverse("login"))
+    client.force_login(reviewer)
+    assert client.get(reverse("account_time_zone")).status_code == 405
+
+
+def test_the_user_and_their_settings_are_one_query(client, reviewer, django_assert_num_queries) -> None:
+    from annotate.models import AccountSettings
+
+    AccountSettings.objects.create(user=reviewer, time_zone="Asia/Tokyo")
+    client.force_login(reviewer)
+    with django_assert_num_queries(2) as queries:  # the session (in the database here) and the user
+        page = client.get(reverse("password_reset"))  # a page that reads nothing else
+    assert "Times are shown in Asia/Tokyo" in page.content.decode()
+    assert "annotate_accountsettings" in queries.captured_queries[1]["sql"]
