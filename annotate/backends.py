@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib.auth import backends, get_user_model
+from django.contrib.auth import BACKEND_SESSION_KEY, backends, get_user_model
 
 
 class ModelBackend(backends.ModelBackend):
@@ -16,3 +16,23 @@ class ModelBackend(backends.ModelBackend):
         except model.DoesNotExist:
             return None
         return user if self.user_can_authenticate(user) else None
+
+
+class EarlierSessions:
+    """Sessions signed in before the site used this backend name Django's own, which Django would no longer
+    accept: everyone would be signed out once, on the upgrade. Such a session is moved to this backend instead.
+
+    Between `SessionMiddleware` and `AuthenticationMiddleware`. Sessions last two weeks (`SESSION_COOKIE_AGE`), so
+    two weeks after every site has upgraded this can go.
+    """
+
+    EARLIER = "django.contrib.auth.backends.ModelBackend"
+    NOW = "annotate.backends.ModelBackend"
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.session.get(BACKEND_SESSION_KEY) == self.EARLIER:
+            request.session[BACKEND_SESSION_KEY] = self.NOW
+        return self.get_response(request)

@@ -222,3 +222,18 @@ def test_an_account_created_meanwhile_by_another_admin_adds_nobody_and_says_so(c
     assert page.status_code == 409
     assert "created meanwhile by someone else; nobody was added" in page.content.decode()
     assert not project.memberships.filter(user__username="carol").exists()
+
+
+@pytest.mark.django_db
+def test_a_session_signed_in_before_the_sites_own_backend_stays_signed_in(client, reviewer) -> None:
+    from django.contrib.auth import BACKEND_SESSION_KEY
+    from django.test import override_settings
+
+    earlier = "django.contrib.auth.backends.ModelBackend"
+    with override_settings(AUTHENTICATION_BACKENDS=[earlier]):
+        client.force_login(reviewer, backend=earlier)  # as the site signed people in before the upgrade
+    assert client.session[BACKEND_SESSION_KEY] == earlier
+
+    page = client.get(reverse("home"))
+    assert page.status_code == 200 and "Your projects" in page.content.decode()
+    assert client.session[BACKEND_SESSION_KEY] == "annotate.backends.ModelBackend"
