@@ -1,6 +1,6 @@
 /* Keyboard shortcuts for the item workspace, the live diff of the text editor, and small toggles; also the
- * lease's countdown, the find boxes of the members list and the projects page, and what a failed htmx request
- * says (the server's reason).
+ * lease's countdown, the find boxes of the members list and the projects page, the Copy buttons of set-password
+ * links, and what a failed htmx request says (the server's reason).
  *
  * The page declares its shortcuts in HTML: an element with data-shortcut="k" (several keys separated by
  * spaces) is clicked (buttons, links, radios, checkboxes) or focused (text fields) when k is pressed outside a
