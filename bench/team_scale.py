@@ -294,8 +294,10 @@ class Session:
         if reply.status != 302:
             raise SystemExit(f"sign-in of {username} failed: HTTP {reply.status}")
 
-    def request(self, method: str, path: str, form: dict | None = None, *, htmx: bool = False) -> Reply:
-        headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
+    def request(self, method: str, path: str, form: dict | None = None, *, htmx: bool = False,
+                anonymous: bool = False) -> Reply:
+        """`anonymous`: without this reviewer's cookies, as a visitor who never signed in."""
+        headers = {} if anonymous else {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
         body = None
         if method == "POST":
             headers["X-CSRFToken"] = self.cookies.get("csrftoken", "")
@@ -342,7 +344,9 @@ def _server_times(base: str, seeded: dict, rounds: int) -> dict:
                                      "progress_line": []}
     for k, visitor in enumerate(seeded["visitors"]):
         session = Session(base, visitor)
-        base_reply = _check(session.request("GET", baseline), "baseline")
+        # The baseline is asked for without the session cookie: the site reads a session it is sent (the time
+        # zone a user chose comes with the user), which is the signed-in baseline's cost, not a bare SELECT's.
+        base_reply = _check(session.request("GET", baseline, anonymous=True), "baseline")
         signed_in_reply = _check(session.request("GET", signed_in), "signed-in baseline")
         claim = _check(session.request("POST", f"/projects/{REVIEW}/review/next/", htmx=True), "claim-next")
         item_url = claim.headers.get("HX-Push-Url")

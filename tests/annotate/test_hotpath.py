@@ -184,3 +184,22 @@ def test_the_latest_answer_is_one_probe_of_its_index(project, reviewer, second_r
         plan = "\n".join(row[0] for row in cursor.fetchall())
         cursor.execute("DEALLOCATE latest_probe")
     assert "answer_latest_final" in plan, plan
+
+
+def test_user_with_settings_matches_the_orm(reviewer, second_reviewer, django_assert_num_queries) -> None:
+    from django.contrib.auth import get_user_model
+
+    from annotate.models import AccountSettings
+
+    reviewer.last_login = timezone.now()
+    reviewer.save(update_fields=["last_login"])
+    AccountSettings.objects.create(user=reviewer, time_zone="Asia/Kolkata")
+    for user in (reviewer, second_reviewer):  # with settings, and without
+        slow = get_user_model().objects.select_related("account_settings").get(pk=user.pk)
+        with django_assert_num_queries(1):
+            fast = hotpath.user_with_settings(user.pk)
+            settings = getattr(fast, "account_settings", None)  # None: read as absent, without a second query
+        assert _fields(fast) == _fields(slow)
+        assert (settings and _fields(settings)) == (getattr(slow, "account_settings", None) and
+                                                    _fields(slow.account_settings))
+    assert hotpath.user_with_settings(10**9) is None
