@@ -29,6 +29,12 @@ class AccountPage(PasswordChangeView):
 
     template_name = TEMPLATE
 
+    def get_form(self, form_class=None):
+        form = super().get_form(form_class)
+        # Django focuses the old password; here it would pull a visitor who came for the time zone away from it.
+        form.fields["old_password"].widget.attrs.pop("autofocus", None)
+        return form
+
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         return {**context, **_context(self.request, form=context["form"])}

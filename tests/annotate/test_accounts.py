@@ -51,6 +51,7 @@ def test_a_site_admin_creates_accounts_and_each_new_reviewer_sets_their_password
     assert "New accounts" in body and "3 users are now reviewers of Outages: rita, carol, dan." in body
     links = links_in(body)
     assert len(links) == 2  # rita had an account: no link for her
+    assert f"carol\t{links[0]}\ndan\t{links[1]}\n</textarea>" in body  # all of them, to copy at once
     assert ">carol</td>" in body and ">dan</td>" in body and ">rita</td>" not in body
     carol = django_user_model.objects.get(username="carol")
     assert not carol.has_usable_password()

@@ -114,6 +114,7 @@ def test_a_zone_chosen_on_the_account_page_holds_on_every_browser_before_any_scr
     page = client.get(reverse("password_change")).content.decode()
     assert "This browser is in Europe/Berlin." in page
     assert '<option value="" selected>Follow this browser</option>' in page
+    assert "autofocus" not in page  # whoever came for the time zone is not pulled to the password
 
     saved = client.post(reverse("account_time_zone"), {"time_zone": "Asia/Kolkata"}, follow=True)
     assert "Times are now shown in Asia/Kolkata on every browser you use." in saved.content.decode()
