@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from annotate import agreement
@@ -18,11 +19,18 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PAGES = ("", "projects/outages/", "projects/outages/items/", "projects/outages/progress/",
          "projects/outages/settings/", "projects/outages/agreement/", "projects/outages/disagreements/",
          "jobs/projects/outages/", "projects/outages/delete/", "projects/outages/items/delete/?confidence_max=0.2",
-         "projects/new/")
+         "projects/new/", "accounts/password_change/")
+
+# What sticks out on the right, to say in a failure which element it is.
+WIDER_THAN_THE_SCREEN = """Array.from(document.querySelectorAll("body *"))
+    .filter(e => e.getBoundingClientRect().right > window.innerWidth).slice(0, 8)
+    .map(e => e.tagName + "#" + e.id + "." + e.className + " " + Math.round(e.getBoundingClientRect().right))"""
 
 
 def test_every_page_of_a_busy_project_fits_a_phone(page, artifacts, django_user_model) -> None:
     ada = django_user_model.objects.create_user("ada", password=PASSWORD, is_staff=True)
+    ada.user_permissions.add(*Permission.objects.filter(content_type__app_label="auth",
+                                                        codename__in=["add_user", "change_user"]))
     project = Project.objects.create(slug="outages", name="Outages", tool="decision", mode="rank",
                                      configuration={"dim": 8, "buckets": 64}, overlap=2)
     Membership.objects.create(project=project, user=ada, role=Role.ADMIN)
@@ -51,4 +59,15 @@ def test_every_page_of_a_busy_project_fits_a_phone(page, artifacts, django_user_
         name = re.sub(r"[/?=]", "-", path.strip("/")) or "home"
         page.screenshot(path=str(artifacts / f"{n}-{name}.png"), full_page=True)
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 0, f"/{path} is {overflow}px wider than a phone's screen"
+        assert overflow <= 0, (f"/{path} is {overflow}px wider than a phone's screen: "
+                               f"{page.evaluate(WIDER_THAN_THE_SCREEN)}")
+
+    # A team's accounts made at once: their set-password links fit too.
+    page.goto(f"{page.base_url}/projects/outages/settings/")
+    page.get_by_label("Usernames").fill(" ".join(f"annotator{n:02d}" for n in range(20)))
+    page.get_by_label("Create accounts for names that have none").check()
+    page.get_by_role("button", name="Add or update members").click()
+    page.get_by_role("heading", name="New accounts").wait_for()
+    page.screenshot(path=str(artifacts / "links.png"), full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0, page.evaluate(
+        WIDER_THAN_THE_SCREEN)
