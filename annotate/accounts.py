@@ -1,4 +1,5 @@
-"""Accounts for a team: creating reviewers' accounts and the one-time links with which they set a password.
+"""Accounts for a team: creating reviewers' accounts and the one-time links with which they set a password; and
+a limit on failed sign-ins, so a password cannot be guessed at the speed of the network.
 
 The site sends no email, so a link is shown to the admin who asked for it, once, to pass on. It is Django's own
 password-reset token (`PasswordResetTokenGenerator`): nothing is stored; it stops working once its password is
@@ -7,8 +8,14 @@ set, once its user signs in, or after `PASSWORD_RESET_TIMEOUT` (`TC_PASSWORD_LIN
 
 from __future__ import annotations
 
+import hashlib
+import math
+import time
+
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.tokens import default_token_generator
+from django.core.cache import cache
 from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
@@ -49,3 +56,39 @@ def set_password_link(request, user) -> str:
         "token": default_token_generator.make_token(user),
     })
     return request.build_absolute_uri(path)
+
+
+# -- failed sign-ins -----------------------------------------------------------------------------------------------
+def _failures_key(username: str, address: str) -> str:
+    # A username is the user's to type: hashed, any text makes a valid cache key.
+    return "signin-failures:" + hashlib.sha256(f"{username.casefold()}\0{address}".encode()).hexdigest()
+
+
+def signin_wait(username: str, address: str) -> int:
+    """Seconds until `username` may try to sign in again from `address` (0: now).
+
+    After `TC_SIGNIN_FAILURES` failed sign-ins (10) within `TC_SIGNIN_LOCK_MINUTES` (15), that name is refused
+    from that address until the window since the first failure has passed. Keyed by name and address, so
+    somebody guessing at one account neither locks its owner out elsewhere nor slows anyone else.
+    """
+    failures, since = cache.get(_failures_key(username, address), (0, 0.0))
+    if failures < settings.TC_SIGNIN_FAILURES:
+        return 0
+    return max(0, math.ceil(since + settings.TC_SIGNIN_LOCK_MINUTES * 60 - _now()))
+
+
+def signin_failed(username: str, address: str) -> None:
+    key = _failures_key(username, address)
+    now = _now()
+    failures, since = cache.get(key, (0, now))
+    if since + settings.TC_SIGNIN_LOCK_MINUTES * 60 <= now:  # an old window the cache has not dropped yet
+        failures, since = 0, now
+    cache.set(key, (failures + 1, since), timeout=math.ceil(since + settings.TC_SIGNIN_LOCK_MINUTES * 60 - now))
+
+
+def signin_succeeded(username: str, address: str) -> None:
+    cache.delete(_failures_key(username, address))
+
+
+def _now() -> float:
+    return time.time()

@@ -13,12 +13,14 @@ from datetime import datetime, time
 from typing import Any
 
 from django import forms
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import get_user_model
+from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
-from annotate import export, tooling
+from annotate import accounts, export, tooling
 from annotate.middleware import zone_names
 from annotate.models import ExportFormat, Project, Role
 from annotate.views import display
@@ -185,6 +187,35 @@ def _valid_username(model, name: str) -> bool:
     except ValidationError:
         return False
     return len(name) <= field.max_length
+
+
+class _LimitedSignIn:
+    """Django's sign-in, refusing a name that failed too often from this address (`annotate.accounts`)."""
+
+    def clean(self):
+        username = self.cleaned_data.get("username") or ""
+        address = self.request.META.get("REMOTE_ADDR", "") if self.request else ""
+        wait = accounts.signin_wait(username, address)
+        if wait:
+            minutes = math.ceil(wait / 60)
+            raise ValidationError(
+                f"Too many failed sign-ins as {username} from here: try again in {minutes} minute{pluralize(minutes)}, "
+                f"or ask your project's admin for a set-password link.", code="too_many_failures")
+        try:
+            cleaned = super().clean()
+        except ValidationError:
+            accounts.signin_failed(username, address)
+            raise
+        accounts.signin_succeeded(username, address)
+        return cleaned
+
+
+class SignInForm(_LimitedSignIn, AuthenticationForm):
+    """The site's sign-in page."""
+
+
+class AdminSignInForm(_LimitedSignIn, AdminAuthenticationForm):
+    """Django admin's sign-in page, limited the same way."""
 
 
 class TimeZoneForm(forms.Form):

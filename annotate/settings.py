@@ -136,6 +136,10 @@ AUTH_PASSWORD_VALIDATORS = [
 # Django's ModelBackend, reading the user's own settings (their time zone) with the user in one query.
 AUTHENTICATION_BACKENDS = ["annotate.backends.ModelBackend"]
 LOGIN_URL = "login"
+# Failed sign-ins allowed per name and address before that name is refused there for the rest of the window
+# (annotate.accounts). Counted in the cache: per process without TC_CACHE_URL, shared by every web host with it.
+TC_SIGNIN_FAILURES = int(os.environ.get("TC_SIGNIN_FAILURES", 10))
+TC_SIGNIN_LOCK_MINUTES = float(os.environ.get("TC_SIGNIN_LOCK_MINUTES", 15))
 # How long an admin's set-password link works (annotate.accounts): a new teammate may open it days later.
 PASSWORD_RESET_TIMEOUT = int(float(os.environ.get("TC_PASSWORD_LINK_DAYS", 7)) * 86400)
 LOGIN_REDIRECT_URL = "home"

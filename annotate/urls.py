@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth.views import LoginView
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from annotate.forms import AdminSignInForm, SignInForm
 from annotate.views import account, agreement, items, pages, progress, projects, review, transfer
 
 project = "projects/<slug:slug>/"
+admin.site.login_form = AdminSignInForm  # failed sign-ins are limited there too
 
 urlpatterns = [
     # Pages without the site's <link rel="icon"> (the admin's) make browsers ask for /favicon.ico.
@@ -57,6 +60,7 @@ urlpatterns = [
     path(project + "items/<int:pk>/adjudicate/submit/", agreement.adjudicate, name="adjudicate"),
     # No email leaves this site: a forgotten password gets a set-password link from an admin (annotate.accounts).
     path("accounts/password_reset/", pages.password_forgotten, name="password_reset"),
+    path("accounts/login/", LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("accounts/password_change/", account.AccountPage.as_view(), name="password_change"),
     path("accounts/time-zone/", account.time_zone, name="account_time_zone"),
     path("accounts/", include("django.contrib.auth.urls")),

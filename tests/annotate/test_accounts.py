@@ -238,3 +238,60 @@ def test_a_session_signed_in_before_the_sites_own_backend_stays_signed_in(client
     page = client.get(reverse("home"))
     assert page.status_code == 200 and "Your projects" in page.content.decode()
     assert client.session[BACKEND_SESSION_KEY] == "annotate.backends.ModelBackend"
+
+
+@pytest.fixture
+def fresh_cache():
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()  # the failures counted here must not lock a later test's "rita" out
+
+
+def sign_in_as(client, password: str, username: str = "rita", address: str = "203.0.113.7", url=None):
+    return client.post(url or reverse("login"), {"username": username, "password": password}, REMOTE_ADDR=address)
+
+
+@pytest.mark.django_db
+def test_ten_failed_sign_ins_lock_that_name_from_that_address_for_a_while(client, reviewer, fresh_cache,
+                                                                         monkeypatch) -> None:
+    from annotate import accounts
+
+    clock = [1_000_000.0]
+    monkeypatch.setattr(accounts, "_now", lambda: clock[0])
+    for _ in range(10):
+        refused = sign_in_as(client, "a-wrong-guess")
+        assert refused.status_code == 200 and "Please enter a correct username and password" in refused.content.decode()
+
+    locked = sign_in_as(client, "a-long-password")  # the right one, too late
+    assert "_auth_user_id" not in client.session
+    assert ("Too many failed sign-ins as rita from here: try again in 15 minutes, or ask your project&#x27;s admin "
+            "for a set-password link.") in locked.content.decode()
+    assert sign_in_as(Client(), "a-long-password", address="198.51.100.2").status_code == 302  # elsewhere: fine
+
+    clock[0] += 14 * 60
+    assert "try again in 1 minute," in sign_in_as(client, "a-long-password").content.decode()
+    clock[0] += 61
+    assert sign_in_as(client, "a-long-password").status_code == 302  # the window has passed
+
+
+@pytest.mark.django_db
+def test_a_successful_sign_in_forgets_the_failures_before_it(client, reviewer, fresh_cache) -> None:
+    for _ in range(9):
+        sign_in_as(client, "a-wrong-guess")
+    assert sign_in_as(client, "a-long-password").status_code == 302
+    client.logout()
+    for _ in range(9):
+        sign_in_as(client, "a-wrong-guess")
+    assert sign_in_as(client, "a-long-password").status_code == 302  # nine again, not eighteen
+
+
+@pytest.mark.django_db
+def test_the_admins_sign_in_page_is_limited_too(client, django_user_model, fresh_cache) -> None:
+    django_user_model.objects.create_superuser("boss", password="a-long-password")
+    url = reverse("admin:login")
+    for _ in range(10):
+        assert sign_in_as(client, "wrong", username="boss", url=url).status_code == 200
+    page = sign_in_as(client, "a-long-password", username="boss", url=url)
+    assert page.status_code == 200 and "Too many failed sign-ins as boss" in page.content.decode()
