@@ -339,3 +339,4 @@ def test_a_project_without_model_versions_says_how_to_get_one(client, admin, pro
 
     assert 'id="no-versions"' in page and "manage.py register_model_version" in page
     assert 'id="launch-needs-version"' in page and 'id="versions"' not in page
+    assert 'id="launch-form"' not in page  # no Launch button that cannot work
