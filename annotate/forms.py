@@ -181,12 +181,12 @@ def _listed(names: list[str]) -> str:
 
 
 def _valid_username(model, name: str) -> bool:
-    field = model._meta.get_field(model.USERNAME_FIELD)
+    """The username field's own validators: its characters and its max_length."""
     try:
-        field.run_validators(name)
+        model._meta.get_field(model.USERNAME_FIELD).run_validators(name)
     except ValidationError:
         return False
-    return len(name) <= field.max_length
+    return True
 
 
 class _LimitedSignIn:

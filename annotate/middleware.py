@@ -67,9 +67,10 @@ def browser_zone(name: str) -> zoneinfo.ZoneInfo | None:
     return zoneinfo.ZoneInfo(name) if name in _zone_names() else None
 
 
-def zone_names() -> list[str]:
-    """Every zone a user may choose, sorted (the account page's list)."""
-    return sorted(_zone_names())
+@functools.lru_cache(maxsize=1)
+def zone_names() -> tuple[str, ...]:
+    """Every zone a user may choose, sorted once (the account page's list)."""
+    return tuple(sorted(_zone_names()))
 
 
 def account_zone(user) -> str:
