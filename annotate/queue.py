@@ -18,6 +18,7 @@ from django.utils import timezone
 from annotate import agreement, hotpath, tooling
 from annotate.models import (
     FINAL_KINDS,
+    FINISHED_STATUSES,
     Answer,
     AnswerKind,
     AnswerRevision,
@@ -222,17 +223,49 @@ def undo_last(project: Project, user, *, now=None) -> Answer | None:
 def reclaim(item: Item, user, *, now=None) -> bool:
     """Claim `item` again for `user`, whose lease on it ended (their work is a draft); False when it is no longer
     ready, they answered it, or the overlap has no place left for them (another reviewer took it)."""
+    try:
+        keep(item, user, now=now)
+    except NotKept:
+        return False
+    return True
+
+
+class NotKept(Exception):
+    """`keep` could not renew the lease; the message says why, in the reviewer's words."""
+
+
+def keep(item: Item, user, *, now=None):
+    """Renew `user`'s lease on `item`, which the queue gave them: a full lease from `now`; its new end.
+
+    A reviewer still working on an item keeps it, so that another reviewer is not given their place meanwhile.
+    A lease that has already ended (their work on it a draft, perhaps) is taken back the same way, while the
+    overlap still has their place. Raises `NotKept` when the item can no longer be theirs: the queue never gave
+    it to them, they answered it, it is no longer ready, or other reviewers hold every place on it.
+    """
     project = item.project
     _require_member(project, user)
     now = now or timezone.now()
     with transaction.atomic():
         locked = hotpath.lock_item(item.pk)
-        if locked is None or locked.status != ItemStatus.READY:
-            return False
+        if locked is None:
+            raise Item.DoesNotExist(f"item {item.pk} is gone")
+        kind = Answer.objects.filter(item=locked, reviewer=user).values_list("kind", flat=True).first()
+        if kind in FINAL_KINDS:
+            raise NotKept("You have answered this item: there is no lease to keep.")
+        # An ended claim stays until its reviewer answers or is removed; a draft stays through both.
+        if kind is None and not Claim.objects.filter(item=locked, reviewer=user).exists():
+            raise NotKept("This item is not assigned to you: review the next item to label.")
+        if locked.status in FINISHED_STATUSES:
+            raise NotKept("This item is finished: other reviewers answered it. An answer you give now is kept as a "
+                          "draft.")
+        if locked.status != ItemStatus.READY:
+            raise NotKept("This item is no longer ready for review. An answer you give now is kept as a draft.")
         if hotpath.free_slots(locked, user, project.overlap, now) <= 0:
-            return False
-        _claim(locked, user, now + timedelta(seconds=project.lease_seconds), now)
-        return True
+            raise NotKept("Another reviewer took this item after your lease ended: an answer you give now is kept "
+                          "as a draft.")
+        expires = now + timedelta(seconds=project.lease_seconds)
+        _claim(locked, user, expires, now)
+        return expires
 
 
 def holds_claim(item: Item, user, *, now=None) -> bool:

@@ -51,6 +51,7 @@ urlpatterns = [
     path(project + "items/<int:pk>/trace/", review.item_trace, name="item_trace"),
     path(project + "items/<int:pk>/submit/", review.item_submit, name="item_submit"),
     path(project + "items/<int:pk>/skip/", review.item_skip, name="item_skip"),
+    path(project + "items/<int:pk>/keep/", review.item_keep, name="item_keep"),
     path(project + "items/<int:pk>/inputs/", review.item_fix_inputs, name="item_fix_inputs"),
     path(project + "agreement/", agreement.agreement_page, name="agreement_page"),
     path(project + "disagreements/", agreement.disagreement_list, name="disagreement_list"),

@@ -248,24 +248,43 @@
   });
 
   // The claim's lease, counted down in its last minute: an answer given after it ends is kept as a draft.
-  var lease = { el: null, deadline: 0 };
+  // A reviewer still working keeps the item: near the lease's end (its last minute, or its last third when
+  // shorter), a key, click or input in the lease's second half renews it (the Keep button's form), once per
+  // lease. An idle page lets it end, so an abandoned tab does not hold an item; after the end only Keep (k) or
+  // submitting takes the item back, as the page then says. The server answers with the lease line again, or with
+  // why the item can no longer be theirs (409), shown in place.
+  var lease = { el: null, deadline: 0, began: 0, total: 0, asked: false };
+  var lastActivity = 0;
+  ["keydown", "pointerdown", "input"].forEach(function (type) {
+    document.addEventListener(type, function () { lastActivity = Date.now(); }, true);
+  });
   function watchLease() {
     var el = document.getElementById("lease");
     if (!el || el === lease.el) return;
-    lease = { el: el, deadline: Date.now() + Number(el.dataset.leaseSeconds) * 1000 };
+    lease = { el: el, deadline: Date.now() + Number(el.dataset.leaseSeconds) * 1000, began: Date.now(),
+              total: Number(el.dataset.leaseTotal) || 600, asked: false };
   }
   function tickLease() {
     watchLease();
     var el = lease.el;
-    if (!el || !document.body.contains(el)) return;
+    if (!el || !document.body.contains(el) || !("leaseSeconds" in el.dataset)) return;
     var left = Math.round((lease.deadline - Date.now()) / 1000);
+    var keep = el.querySelector("form[data-keep-lease]");
+    var near = left <= Math.max(5, Math.min(60, lease.total / 3));
+    var working = lastActivity > Math.max(lease.began, Date.now() - lease.total * 500);
+    if (keep && left > 0 && near && working && !lease.asked) {
+      lease.asked = true;
+      submitForm(keep);
+      return;
+    }
     if (left >= 60) return;
+    var text = el.querySelector("[data-lease-text]") || el;
     el.classList.remove("muted");
     el.classList.add("lease-ending");
     if (left > 0) {
-      el.textContent = "lease ends in 0:" + String(left).padStart(2, "0") + ": answer now";
+      text.textContent = "lease ends in 0:" + String(left).padStart(2, "0") + ": answer now, or keep it";
     } else if (!el.classList.contains("lease-ended")) {
-      el.textContent = "lease ended: an answer now is kept as a draft";
+      text.textContent = "lease ended: an answer now is kept as a draft";
       el.classList.add("lease-ended");
       el.setAttribute("role", "status");  // said once, not every second
     }
@@ -273,6 +292,14 @@
   document.addEventListener("DOMContentLoaded", tickLease);
   document.addEventListener("htmx:afterSettle", tickLease);
   setInterval(tickLease, 1000);
+  // Why a lease could not be kept (409) replaces the lease line, where the reviewer was looking.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var form = event.detail.requestConfig && event.detail.requestConfig.elt;  // detail.elt is the target
+    if (event.detail.xhr.status === 409 && form && form.matches && form.matches("form[data-keep-lease]")) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
 
   // A search box with data-filter-rows="<selector>" hides the rows that do not contain what is typed.
   document.addEventListener("input", function (event) {

@@ -111,6 +111,31 @@ def item_skip(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 @vary_on_headers("HX-Request")
+def item_keep(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Renew the reviewer's lease on an item they are still working on (the page asks while they type, or `k`).
+
+    htmx gets the lease line again: the new end, or (409) why the item can no longer be theirs, said in place.
+    """
+    project = access.member_project(request, slug)
+    item = access.project_item(project, pk)
+    try:
+        expires, reason = queue.keep(item, request.user), ""
+    except queue.NotKept as exc:
+        expires, reason = None, str(exc)
+    except Item.DoesNotExist:
+        raise Http404(GONE) from None
+    if not request.htmx:
+        if reason:
+            messages.error(request, reason)
+        return redirect("item_detail", project.slug, item.pk)
+    context = {"project": project, "item": item, "claim_expires_at": expires, "lease_lost": reason,
+               "lease_seconds_left": project.lease_seconds}
+    return render(request, "annotate/_lease.html", context, status=409 if reason else 200)
+
+
+@require_POST
+@login_required
+@vary_on_headers("HX-Request")
 def item_fix_inputs(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """An admin's fix of a refused item's inputs: checked as an import checks them, then predicted again."""
     project = access.admin_project(request, slug)

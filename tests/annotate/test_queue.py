@@ -9,7 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
 from annotate import hotpath, queue
-from annotate.models import Answer, AnswerKind, AnswerRevision, Claim, ItemStatus
+from annotate.models import Answer, AnswerKind, AnswerRevision, Claim, Item, ItemStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -200,6 +200,67 @@ def test_reclaim_under_overlap_two_counts_the_other_reviewers_place(
 
     assert queue.reclaim(item, reviewer) is True
     assert Claim.objects.filter(item=item, expires_at__gt=timezone.now()).count() == 2
+
+
+def test_keep_starts_the_lease_again_from_now(ready_items, project, reviewer) -> None:
+    (item,) = ready_items(project, [0.5])
+    began = timezone.now()
+    queue.claim_next(project, reviewer, now=began)
+    later = began + timedelta(seconds=project.lease_seconds - 30)
+
+    expires = queue.keep(item, reviewer, now=later)
+
+    assert expires == later + timedelta(seconds=project.lease_seconds)
+    assert Claim.objects.get(item=item, reviewer=reviewer).expires_at == expires
+    item.refresh_from_db()
+    assert (item.claimed_by, item.claim_expires_at) == (reviewer, expires)  # the mirror follows
+    assert queue.submit(item, reviewer, "db", now=expires - timedelta(seconds=1)).status == "submitted"
+
+
+def test_keep_takes_an_ended_lease_back_while_its_place_is_free(
+        ready_items, project, reviewer, second_reviewer) -> None:
+    first, second = ready_items(project, [0.4, 0.5])
+    for item in (first, second):
+        Claim.objects.create(item=item, reviewer=reviewer, expires_at=timezone.now() - timedelta(seconds=1))
+    assert queue.claim_next(project, second_reviewer) == first  # the first one's place is someone else's now
+
+    with pytest.raises(queue.NotKept, match="Another reviewer took this item"):
+        queue.keep(first, reviewer)
+    assert queue.keep(second, reviewer) > timezone.now()
+    assert queue.holds_claim(second, reviewer) and not queue.holds_claim(first, reviewer)
+
+
+@pytest.mark.parametrize(("setup", "reason"), [
+    ("never claimed", "not assigned to you"),
+    ("answered", "You have answered this item"),
+    ("finished by others", "This item is finished"),
+    ("waiting for a prediction", "no longer ready for review"),
+])
+def test_keep_refuses_an_item_that_cannot_be_theirs(
+        ready_items, project, reviewer, second_reviewer, setup, reason) -> None:
+    (item,) = ready_items(project, [0.5])
+    if setup == "answered":
+        queue.claim_next(project, reviewer)
+        queue.submit(item, reviewer, "db")
+    elif setup == "finished by others":
+        Claim.objects.create(item=item, reviewer=reviewer, expires_at=timezone.now() - timedelta(seconds=1))
+        assert queue.claim_next(project, second_reviewer) == item
+        queue.submit(item, second_reviewer, "dns")
+    elif setup == "waiting for a prediction":
+        queue.claim_next(project, reviewer)
+        Item.objects.filter(pk=item.pk).update(status=ItemStatus.PENDING)
+    claims_before = list(Claim.objects.values_list("item_id", "reviewer_id", "expires_at"))
+
+    with pytest.raises(queue.NotKept, match=reason):
+        queue.keep(item, reviewer)
+    assert list(Claim.objects.values_list("item_id", "reviewer_id", "expires_at")) == claims_before
+
+
+def test_keep_is_for_members_only(ready_items, project, reviewer, outsider) -> None:
+    (item,) = ready_items(project, [0.5])
+    queue.claim_next(project, reviewer)
+    with pytest.raises(PermissionDenied):
+        queue.keep(item, outsider)
 
 
 def test_skip_needs_a_reason_and_takes_the_item_out_of_the_queue(

@@ -503,3 +503,88 @@ def test_a_skipped_item_opened_again_shows_its_reason_in_the_skip_box(client, pr
     assert "Undone" in undone and 'value="unreadable"' in undone  # a skip undone keeps its reason to edit
     fresh = client.get(reverse("item_detail", args=[project.slug, second.pk]), **HX).content.decode()
     assert 'placeholder="e.g. inputs are unreadable">' in fresh
+
+
+@pytest.mark.django_db
+def test_the_workspace_offers_to_keep_the_item_only_while_it_holds_a_lease(client, project, reviewer) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+
+    held = client.get(reverse("item_detail", args=[project.slug, first.pk])).content.decode()
+    other = client.get(reverse("item_detail", args=[project.slug, second.pk])).content.decode()
+
+    keep = reverse("item_keep", args=[project.slug, first.pk])
+    assert f'hx-post="{keep}"' in held and 'data-shortcut="k"' in held
+    assert f'data-lease-total="{project.lease_seconds}"' in held
+    assert "keep this item longer" in held  # the shortcut is listed
+    assert 'id="lease"' not in other and 'data-shortcut="k"' not in other
+
+
+@pytest.mark.django_db
+def test_keep_renews_the_lease_and_answers_with_the_lease_line(client, project, reviewer) -> None:
+    (first,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer, now=timezone.now() - timedelta(seconds=project.lease_seconds - 20))
+    client.force_login(reviewer)
+
+    response = client.post(reverse("item_keep", args=[project.slug, first.pk]), **HX)
+
+    assert response.status_code == 200
+    expires = Claim.objects.get(item=first, reviewer=reviewer).expires_at
+    assert expires > timezone.now() + timedelta(seconds=project.lease_seconds - 5)
+    html = response.content.decode()
+    assert html.lstrip().startswith('<span class="muted small lease" id="lease"')
+    assert f'data-lease-seconds="{project.lease_seconds}"' in html
+    assert f"<time datetime=\"{expires.isoformat()}\">" in html
+
+
+@pytest.mark.django_db
+def test_keep_that_cannot_says_why_in_place_and_changes_nothing(client, project, reviewer,
+                                                                   second_reviewer) -> None:
+    (first,) = ready_items(project, [0.1])
+    Claim.objects.create(item=first, reviewer=reviewer, expires_at=timezone.now() - timedelta(seconds=1))
+    queue.claim_next(project, second_reviewer)
+    client.force_login(reviewer)
+
+    response = client.post(reverse("item_keep", args=[project.slug, first.pk]), **HX)
+
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert 'id="lease" role="status"' in html and "Another reviewer took this item" in html
+    assert not queue.holds_claim(first, reviewer) and queue.holds_claim(first, second_reviewer)
+
+
+@pytest.mark.django_db
+def test_keep_without_javascript_returns_to_the_item_page(client, project, reviewer, second_reviewer) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    queue.claim_next(project, reviewer)
+    client.force_login(reviewer)
+    page = reverse("item_detail", args=[project.slug, first.pk])
+
+    kept = client.post(reverse("item_keep", args=[project.slug, first.pk]), follow=True)
+    refused = client.post(reverse("item_keep", args=[project.slug, second.pk]), follow=True)
+
+    assert kept.redirect_chain == [(page, 302)] and 'id="lease"' in kept.content.decode()
+    assert refused.redirect_chain[-1][0] == reverse("item_detail", args=[project.slug, second.pk])
+    assert "This item is not assigned to you" in refused.content.decode()
+    assert not queue.holds_claim(second, reviewer)
+
+
+@pytest.mark.django_db
+def test_keep_is_a_post_behind_sign_in_membership_and_csrf(client, project, reviewer, outsider) -> None:
+    from django.test import Client
+
+    (first,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    url = reverse("item_keep", args=[project.slug, first.pk])
+    expires = Claim.objects.get().expires_at
+
+    assert client.post(url, **HX).status_code == 401  # signed out: htmx is told so
+    client.force_login(outsider)
+    assert client.post(url, **HX).status_code == 404
+    client.force_login(reviewer)
+    assert client.get(url).status_code == 405
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(reviewer)
+    assert strict.post(url, **HX).status_code == 403
+    assert Claim.objects.get().expires_at == expires

@@ -22,12 +22,12 @@ def test_the_lease_is_counted_down_and_an_answer_after_it_is_a_draft(page, artif
     start_reviewing(page, project)
     item = current_item(page)
 
-    lease = page.locator("#lease")
+    lease = page.locator("#lease [data-lease-text]")
     assert lease.inner_text().startswith("lease ends in 0:0")
     page.screenshot(path=artifacts / "0-lease-ending.png")
     page.locator("#lease.lease-ended").wait_for()  # a condition, not a sleep: the page's own clock runs out
     assert lease.inner_text() == "lease ended: an answer now is kept as a draft"
-    assert lease.get_attribute("role") == "status"
+    assert page.locator("#lease").get_attribute("role") == "status"
     page.screenshot(path=artifacts / "1-lease-ended.png")
 
     page.keyboard.press("1")
@@ -42,6 +42,84 @@ def test_the_lease_is_counted_down_and_an_answer_after_it_is_a_draft(page, artif
     press_and_wait_for_next(page, "Enter")
     answer.refresh_from_db()
     assert answer.kind == AnswerKind.TARGET
+
+
+def _keep_requests(page) -> list[int]:
+    """The statuses of the page's requests to keep its item, as they come back."""
+    statuses: list[int] = []
+    page.on("response", lambda response: "/keep/" in response.url and statuses.append(response.status))
+    return statuses
+
+
+def test_a_reviewer_still_working_keeps_the_item_and_an_idle_one_is_told(page, artifacts,
+                                                                          django_user_model) -> None:
+    """The page's clock is Playwright's, moved forward instead of waited for; the server's is real. A key pressed
+    in the lease's second half renews it near its end without a word from the reviewer; an idle page renews
+    nothing and counts down, and k keeps the item then."""
+    from annotate.models import Claim
+
+    rita = django_user_model.objects.create_user("rita", password=PASSWORD)
+    project = predicted_project("decision", "rank", rita)
+    page.clock.install()
+    sign_in(page, "rita")
+    start_reviewing(page, project)
+    item = current_item(page)
+    kept = _keep_requests(page)
+    lease = page.locator("#lease")
+    assert lease.locator("[data-lease-text]").inner_text().startswith("lease until ")
+    first_end = Claim.objects.get(item_id=item, reviewer=rita).expires_at
+
+    page.clock.fast_forward("08:00")  # 2 minutes left: not near its end yet
+    page.keyboard.press("1")  # working: a candidate chosen
+    with page.expect_response(lambda r: "/keep/" in r.url):
+        page.clock.fast_forward("01:10")  # 50 s left: the page keeps the item by itself
+    lease.locator("[data-lease-text]").filter(has_text="lease until").wait_for()
+    assert kept == [200]
+    second_end = Claim.objects.get(item_id=item, reviewer=rita).expires_at
+    assert second_end > first_end
+    assert "lease-ending" not in lease.get_attribute("class")
+    assert page.locator("input[name=choice]:checked").count() == 1  # the answer being given is untouched
+
+    page.clock.fast_forward("09:30")  # idle since the lease was renewed: nothing is asked
+    lease.locator("[data-lease-text]").filter(has_text="lease ends in 0:").wait_for()
+    assert kept == [200]
+    assert lease.locator("[data-lease-text]").inner_text().endswith(": answer now, or keep it")
+    page.screenshot(path=artifacts / "3-idle-lease-ending.png")
+    with page.expect_response(lambda r: "/keep/" in r.url):
+        page.keyboard.press("k")
+    lease.locator("[data-lease-text]").filter(has_text="lease until").wait_for()
+    assert kept == [200, 200]
+    assert Claim.objects.get(item_id=item, reviewer=rita).expires_at > second_end
+    page.screenshot(path=artifacts / "4-kept.png")
+
+
+def test_an_item_that_can_no_longer_be_kept_says_why_in_place(page, artifacts, django_user_model) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from annotate import queue
+    from annotate.models import Claim
+
+    rita = django_user_model.objects.create_user("rita", password=PASSWORD)
+    sam = django_user_model.objects.create_user("sam", password=PASSWORD)
+    project = predicted_project("decision", "rank", rita, count=1)
+    project.memberships.create(user=sam, role="reviewer")
+    sign_in(page, "rita")
+    start_reviewing(page, project)
+    item = current_item(page)
+    # Rita's lease ends on the server, and Sam is given the item meanwhile.
+    Claim.objects.filter(item_id=item, reviewer=rita).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert queue.claim_next_id(project, sam) == item
+
+    page.keyboard.press("k")
+    said = page.locator("#lease[role=status]")
+    said.get_by_text("Another reviewer took this item after your lease ended").wait_for()
+    assert said.inner_text().endswith("an answer you give now is kept as a draft.")
+    assert page.locator("#workspace").get_attribute("data-item") == str(item)  # nothing else on the page moved
+    assert page.locator("#messages [role=alert]").count() == 0  # said where the lease was, not as an error
+    page.screenshot(path=artifacts / "5-not-kept.png")
+    assert not queue.holds_claim(project.items.get(), rita)
 
 
 def test_times_read_in_the_reviewers_own_time_zone(browser, live_server, artifacts, django_user_model) -> None:
