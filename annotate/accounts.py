@@ -16,7 +16,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.tokens import default_token_generator
 from django.core.cache import cache
+from django.db import transaction
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
@@ -41,6 +43,41 @@ def may_issue_link(issuer, user) -> str | None:
     if not user.is_active:
         return f"{user.get_username()}'s account is deactivated."
     return None
+
+
+def may_switch(issuer, user) -> str | None:
+    """Why `issuer` may not deactivate or reactivate `user`'s account, or None when they may: the same rule as for
+    a link (`auth.change_user`, a superuser's account only by a superuser), and never one's own."""
+    if not issuer.has_perm("auth.change_user"):
+        return "Only site administrators (who may change users) deactivate or reactivate accounts."
+    if user.pk == issuer.pk:
+        return "You cannot deactivate your own account; ask another site administrator."
+    if user.is_superuser and not issuer.is_superuser:
+        return f"Only a superuser deactivates or reactivates {user.get_username()}'s account."
+    return None
+
+
+def deactivate(user) -> int:
+    """Deactivate `user` for someone leaving the team: they can no longer sign in, their open sessions and API
+    tokens stop working at their next request, and every item they were labelling goes back to its queue.
+    Their answers, drafts and memberships are kept, so `reactivate` gives everything back. Returns how many
+    items they held."""
+    from annotate import queue
+    from annotate.models import Claim, Project
+
+    with transaction.atomic():
+        get_user_model().objects.filter(pk=user.pk).update(is_active=False)
+        user.is_active = False
+        held = Claim.objects.filter(reviewer=user, expires_at__gt=timezone.now()).count()
+        for project in Project.objects.filter(items__claims__reviewer=user).distinct():
+            queue.release_claims(project, user)
+        return held
+
+
+def reactivate(user) -> None:
+    """Let `user` sign in again, with the password they had (or a set-password link, if they never set one)."""
+    get_user_model().objects.filter(pk=user.pk).update(is_active=True)
+    user.is_active = True
 
 
 def create(names: list[str]) -> list:

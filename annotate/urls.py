@@ -26,6 +26,7 @@ urlpatterns = [
     path(project + "members/", projects.member_add, name="member_add"),
     path(project + "members/<int:pk>/remove/", projects.member_remove, name="member_remove"),
     path(project + "members/<int:pk>/link/", projects.member_link, name="member_link"),
+    path(project + "members/<int:pk>/active/", projects.member_active, name="member_active"),
     path(project + "version/", projects.version_select, name="version_select"),
     path(project + "predictions/requeue/", projects.predictions_requeue, name="predictions_requeue"),
     path(project + "refused/inputs/", projects.refused_inputs, name="refused_inputs"),

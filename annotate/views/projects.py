@@ -9,7 +9,7 @@ import logging
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -119,6 +119,34 @@ def member_link(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     if refusal:
         raise PermissionDenied(refusal)
     return _links_page(request, project, [membership.user], new=False)
+
+
+@require_POST
+@login_required
+def member_active(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Deactivate a member's account (someone who left the team), or reactivate it: a site administrator's act,
+    offered beside the member. Their answers and memberships stay either way."""
+    project = access.admin_project(request, slug)
+    membership = get_object_or_404(Membership.objects.select_related("user"), pk=pk, project=project)
+    user, active = membership.user, request.POST.get("active")
+    refusal = accounts.may_switch(request.user, user)
+    if refusal:
+        raise PermissionDenied(refusal)
+    name = user.get_username()
+    if active == "1" and not user.is_active:
+        accounts.reactivate(user)
+        messages.success(request, f"{name}'s account is active again: they sign in as before.")
+    elif active == "0" and user.is_active:
+        held = accounts.deactivate(user)
+        released = (f" The {held} item{'s' if held != 1 else ''} they were labelling went back to the queue."
+                    if held else "")
+        messages.success(request, f"{name}'s account is deactivated: they can no longer sign in, and are signed out "
+                                  f"everywhere.{released} Their answers are kept; Reactivate undoes this.")
+    elif active not in ("0", "1"):
+        raise BadRequest("active: 0 (deactivate) or 1 (reactivate)")
+    else:  # already so: another admin did it, or the form was sent twice
+        messages.info(request, f"{name}'s account was already {'active' if user.is_active else 'deactivated'}.")
+    return redirect("project_settings", slug=project.slug)
 
 
 def _links_page(request: HttpRequest, project, users: list, *, new: bool) -> HttpResponse:
@@ -239,6 +267,7 @@ def _settings_context(request, project, *, form=None, member_form=None, version_
                      key=lambda m: (m.role != Role.ADMIN, progress.name_order(m.user.get_username())))
     for m in members:
         m.may_link = accounts.may_issue_link(request.user, m.user) is None
+        m.may_switch = accounts.may_switch(request.user, m.user) is None
     return {
         "project": project,
         "form": form or ProjectForm(instance=project),

@@ -295,3 +295,80 @@ def test_the_admins_sign_in_page_is_limited_too(client, django_user_model, fresh
         assert sign_in_as(client, "wrong", username="boss", url=url).status_code == 200
     page = sign_in_as(client, "a-long-password", username="boss", url=url)
     assert page.status_code == 200 and "Too many failed sign-ins as boss" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_site_admin_deactivates_someone_who_left_and_reactivates_them(client, project, site_admin, reviewer,
+                                                                        ready_items) -> None:
+    from annotate import queue
+    from annotate.models import Answer, ApiToken, Claim, Project
+
+    other = Project.objects.create(slug="billing", name="Billing", tool="decision", mode="rank")
+    Membership.objects.create(project=other, user=reviewer, role=Role.REVIEWER)
+    answered, held = ready_items(project, [0.1, 0.2])
+    (held_elsewhere,) = ready_items(other, [0.3])
+    queue.claim_next(project, reviewer)
+    queue.submit(answered, reviewer, "db")
+    assert queue.claim_next(project, reviewer) == held
+    assert queue.claim_next(other, reviewer) == held_elsewhere
+    _, key = ApiToken.objects.issue(reviewer, name="laptop")
+    their_browser = Client()
+    their_browser.force_login(reviewer)
+    membership = project.memberships.get(user=reviewer)
+    url = reverse("member_active", args=[project.slug, membership.pk])
+    client.force_login(site_admin)
+
+    settings_page = client.get(reverse("project_settings", args=[project.slug])).content.decode()
+    assert f"aria-label=\"Deactivate {reviewer.username}'s account\"" in settings_page
+    page = client.post(url, {"active": "0"}, follow=True).content.decode()
+
+    assert (f"{reviewer.username}&#x27;s account is deactivated: they can no longer sign in, and are signed out "
+            "everywhere. The 2 items they were labelling went back to the queue.") in page
+    assert ">deactivated</span>" in page and "Reactivate" in page
+    reviewer.refresh_from_db()
+    assert not reviewer.is_active
+    assert not Claim.objects.filter(reviewer=reviewer).exists()
+    assert Answer.objects.filter(reviewer=reviewer, item=answered).exists()  # their work stays
+    assert Membership.objects.filter(user=reviewer).count() == 2
+    assert their_browser.get(reverse("home")).status_code == 302  # signed out at their next request
+    assert not Client().login(username=reviewer.username, password="a-long-password")
+    assert Client().get(reverse("api:projects"), HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 401
+
+    again = client.post(url, {"active": "0"}, follow=True).content.decode()
+    assert "account was already deactivated" in again
+    back = client.post(url, {"active": "1"}, follow=True).content.decode()
+    assert f"{reviewer.username}&#x27;s account is active again" in back
+    assert Client().login(username=reviewer.username, password="a-long-password")
+    assert Client().get(reverse("api:projects"), HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+
+
+@pytest.mark.django_db
+def test_who_may_deactivate_an_account(client, project, site_admin, reviewer, outsider, django_user_model) -> None:
+    membership = project.memberships.get(user=reviewer)
+    url = reverse("member_active", args=[project.slug, membership.pk])
+
+    client.force_login(reviewer)
+    assert client.post(url, {"active": "0"}).status_code == 403  # not an admin of the project
+    client.force_login(outsider)
+    assert client.post(url, {"active": "0"}).status_code == 404  # not a member at all
+    plain_admin = django_user_model.objects.create_user("pat")
+    Membership.objects.create(project=project, user=plain_admin, role=Role.ADMIN)
+    client.force_login(plain_admin)
+    refused = client.post(url, {"active": "0"})
+    assert refused.status_code == 403 and "Only site administrators" in refused.content.decode()
+    assert "Deactivate" not in client.get(reverse("project_settings", args=[project.slug])).content.decode()
+    client.force_login(site_admin)
+    assert client.get(url).status_code == 405
+    assert client.post(url, {"active": "maybe"}).status_code == 400
+    own = project.memberships.get(user=site_admin)
+    assert client.post(reverse("member_active", args=[project.slug, own.pk]), {"active": "0"}).status_code == 403
+    boss = django_user_model.objects.create_superuser("boss", password="a-long-password")
+    boss_membership = Membership.objects.create(project=project, user=boss, role=Role.ADMIN)
+    assert client.post(reverse("member_active", args=[project.slug, boss_membership.pk]),
+                       {"active": "0"}).status_code == 403
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(site_admin)
+    assert strict.post(url, {"active": "0"}).status_code == 403
+    reviewer.refresh_from_db()
+    boss.refresh_from_db()
+    assert reviewer.is_active and boss.is_active and site_admin.is_active

@@ -87,10 +87,29 @@ def test_a_site_admin_creates_a_reviewers_account_and_the_reviewer_sets_a_passwo
         theirs.get_by_role("button", name="Sign in").click()
         theirs.wait_for_url(f"{page.base_url}/")
         assert "Outages" in theirs.locator("main").inner_text()
+
+        page.goto(f"{page.base_url}/projects/outages/settings/")
+        carol_row = page.locator("#members-table tr", has_text="carol")
+        assert "never" not in carol_row.inner_text()  # she has signed in
+        page.screenshot(path=artifacts / "4-members-signed-in.png", full_page=True)
+
+        # Carol leaves the team: her account is deactivated, and her open browser is signed out at once.
+        page.get_by_role("button", name="Deactivate carol's account").click()
+        page.get_by_text("carol's account is deactivated: they can no longer sign in").wait_for()
+        assert "deactivated" in carol_row.locator("td").first.inner_text()
+        page.screenshot(path=artifacts / "5-deactivated.png", full_page=True)
+        theirs.reload()
+        theirs.wait_for_url("**/accounts/login/**")
+        theirs.get_by_label("Username").fill("carol")
+        theirs.get_by_label("Password").fill("carols-own-passphrase")
+        theirs.get_by_role("button", name="Sign in").click()
+        theirs.locator(".errorlist, [role=alert]").first.wait_for()
+        assert theirs.url.startswith(f"{page.base_url}/accounts/login/")
+
+        page.get_by_role("button", name="Reactivate carol's account").click()
+        page.get_by_text("carol's account is active again").wait_for()
+        theirs.get_by_label("Password").fill("carols-own-passphrase")
+        theirs.get_by_role("button", name="Sign in").click()
+        theirs.wait_for_url(f"{page.base_url}/")
     finally:
         newcomer.close()
-
-    page.goto(f"{page.base_url}/projects/outages/settings/")
-    carol_row = page.locator("#members-table tr", has_text="carol")
-    assert "never" not in carol_row.inner_text()  # she has signed in
-    page.screenshot(path=artifacts / "4-members-signed-in.png", full_page=True)
