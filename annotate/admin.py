@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.contrib import admin, messages
+from django.contrib.auth import admin as auth_admin
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 
-from annotate import deletion, imports
+from annotate import accounts, deletion, imports
 from annotate.models import (
     Adjudication,
     AdjudicationRevision,
@@ -291,3 +293,20 @@ class ItemDeletionAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False  # made by the delete page and the API, which count the items first
+
+
+class UserAdmin(auth_admin.UserAdmin):
+    """Django's, but unticking "Active" is `accounts.deactivate`, as the members list's Deactivate: the items the
+    user held go back to their queues at once instead of when their leases end."""
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        if change and "is_active" in form.changed_data and not obj.is_active:
+            held = accounts.deactivate(obj)
+            if held:
+                self.message_user(request, f"The {held} item{'s' if held != 1 else ''} {obj.get_username()} was "
+                                           "labelling went back to the queue.")
+
+
+admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), UserAdmin)

@@ -372,3 +372,27 @@ def test_who_may_deactivate_an_account(client, project, site_admin, reviewer, ou
     reviewer.refresh_from_db()
     boss.refresh_from_db()
     assert reviewer.is_active and boss.is_active and site_admin.is_active
+
+
+@pytest.mark.django_db
+def test_unticking_active_in_djangos_admin_also_returns_the_items_they_held(client, project, reviewer,
+                                                                          ready_items, django_user_model) -> None:
+    from annotate import queue
+    from annotate.models import Claim
+
+    (held,) = ready_items(project, [0.1])
+    assert queue.claim_next(project, reviewer) == held
+    boss = django_user_model.objects.create_superuser("boss", password="a-long-password")
+    client.force_login(boss)
+    joined = reviewer.date_joined
+
+    response = client.post(reverse("admin:auth_user_change", args=[reviewer.pk]), {
+        "username": reviewer.username, "first_name": "", "last_name": "", "email": "",
+        "date_joined_0": f"{joined:%Y-%m-%d}", "date_joined_1": f"{joined:%H:%M:%S}",
+    }, follow=True)  # "is_active" left out: unticked
+
+    assert response.status_code == 200
+    assert "The 1 item rita was labelling went back to the queue." in response.content.decode()
+    reviewer.refresh_from_db()
+    assert not reviewer.is_active
+    assert not Claim.objects.filter(reviewer=reviewer).exists()
