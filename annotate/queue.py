@@ -8,7 +8,7 @@ Claims (`Claim` rows) are the truth; `Item.claimed_by`/`claim_expires_at` mirror
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -234,7 +234,7 @@ class NotKept(Exception):
     """`keep` could not renew the lease; the message says why, in the reviewer's words."""
 
 
-def keep(item: Item, user, *, now=None):
+def keep(item: Item, user, *, now=None) -> datetime:
     """Renew `user`'s lease on `item`, which the queue gave them: a full lease from `now`; its new end.
 
     A reviewer still working on an item keeps it, so that another reviewer is not given their place meanwhile.
