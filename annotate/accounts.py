@@ -34,26 +34,31 @@ def may_issue_link(issuer, user) -> str | None:
     A link sets a password, so it is Django's `auth.change_user`; a superuser's account only by another superuser,
     and one's own password is changed on the account page, which asks for the current one.
     """
-    if not issuer.has_perm("auth.change_user"):
-        return "Only site administrators (who may change users) give set-password links."
-    if user.pk == issuer.pk:
-        return "Change your own password on your account page."
-    if user.is_superuser and not issuer.is_superuser:
-        return f"Only a superuser gives {user.get_username()} a set-password link."
-    if not user.is_active:
-        return f"{user.get_username()}'s account is deactivated."
-    return None
+    name = user.get_username()
+    refusal = _may_change(issuer, user, "give set-password links", f"gives {name} a set-password link",
+                          own="Change your own password on your account page.")
+    if refusal is None and not user.is_active:
+        return f"{name}'s account is deactivated."
+    return refusal
 
 
 def may_switch(issuer, user) -> str | None:
     """Why `issuer` may not deactivate or reactivate `user`'s account, or None when they may: the same rule as for
-    a link (`auth.change_user`, a superuser's account only by a superuser), and never one's own."""
+    a link, and never one's own."""
+    return _may_change(issuer, user, "deactivate or reactivate accounts",
+                       f"deactivates or reactivates {user.get_username()}'s account",
+                       own="You cannot deactivate your own account; ask another site administrator.")
+
+
+def _may_change(issuer, user, act: str, superuser_act: str, *, own: str) -> str | None:
+    """The rule for changing another's account: Django's `auth.change_user`, not on one's own, and a superuser's
+    only by a superuser; the refusal in the words of the act."""
     if not issuer.has_perm("auth.change_user"):
-        return "Only site administrators (who may change users) deactivate or reactivate accounts."
+        return f"Only site administrators (who may change users) {act}."
     if user.pk == issuer.pk:
-        return "You cannot deactivate your own account; ask another site administrator."
+        return own
     if user.is_superuser and not issuer.is_superuser:
-        return f"Only a superuser deactivates or reactivates {user.get_username()}'s account."
+        return f"Only a superuser {superuser_act}."
     return None
 
 
