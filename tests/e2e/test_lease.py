@@ -112,12 +112,14 @@ def test_an_item_that_can_no_longer_be_kept_says_why_in_place(page, artifacts, d
     Claim.objects.filter(item_id=item, reviewer=rita).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert queue.claim_next_id(project, sam) == item
 
+    assert page.locator(".shortcuts dt.keep-key").is_visible()
     page.keyboard.press("k")
     said = page.locator("#lease[role=status]")
     said.get_by_text("Another reviewer took this item after your lease ended").wait_for()
     assert said.inner_text().endswith("an answer you give now is kept as a draft.")
     assert page.locator("#workspace").get_attribute("data-item") == str(item)  # nothing else on the page moved
     assert page.locator("#messages [role=alert]").count() == 0  # said where the lease was, not as an error
+    assert not page.locator(".shortcuts dt.keep-key").is_visible()  # k no longer listed: there is nothing to keep
     page.screenshot(path=artifacts / "5-not-kept.png")
     assert not queue.holds_claim(project.items.get(), rita)
 
