@@ -18,3 +18,14 @@ def test_no_template_comment_spans_two_lines() -> None:
                 if "#}" not in line[start:]:
                     open_ended.append(f"{path.relative_to(ROOT)}:{number}")
     assert not open_ended, f"a {{# comment must close on its own line: {', '.join(open_ended)}"
+
+
+def test_every_page_title_names_the_site() -> None:
+    """A browser tab or history entry reads "<page> · <project> · tensorcode annotate" on every page (the training
+    pages once ended at the project's name)."""
+    unnamed = []
+    for path in sorted((ROOT / "templates").rglob("*.html")):
+        for title in re.findall(r"\{% block title %\}(.*?)\{% endblock %\}", path.read_text(encoding="utf-8")):
+            if not title.endswith("tensorcode annotate"):
+                unnamed.append(f"{path.relative_to(ROOT)}: {title}")
+    assert not unnamed, f"page titles that do not end with the site's name: {unnamed}"

@@ -48,6 +48,7 @@ def test_launch_form_shows_the_tool_kinds_defaults(client, admin, project) -> No
     assert form["base_version"].value() == project.current_version_id
     project_link = f'<a href="{reverse("project_detail", args=[project.slug])}">{project.name}</a>'
     assert project_link in response.content.decode()  # the breadcrumbs lead back to the project
+    assert f"<title>Training · {project.name} · tensorcode annotate</title>" in response.content.decode()
 
 
 def test_launch_creates_a_queued_job_and_opens_its_page(client, admin, project, reviewed, monkeypatch,
@@ -109,8 +110,8 @@ def test_job_page_shows_progress_curve_comparison_and_promote(client, admin, fin
     TrainingJob.objects.filter(pk=finished.pk).update(metrics=metrics)
     assert ">3.2e-05</td>" in client.get(reverse("trainingjobs:job", args=[finished.pk])).content.decode()
     project = finished.project
-    crumbs = (f'<a href="{reverse("project_detail", args=[project.slug])}">{project.name}</a></li>\n    '
-              f'<li><a href="{reverse("trainingjobs:project_jobs", args=[project.slug])}">Training</a>')
+    crumbs = (f'<a href="{reverse("project_detail", args=[project.slug])}">{project.name}</a> · '
+              f'<a href="{reverse("trainingjobs:project_jobs", args=[project.slug])}">Training</a>')
     assert crumbs in page
 
 
