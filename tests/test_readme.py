@@ -110,32 +110,38 @@ def test_every_link_points_to_a_file_inside_the_repository() -> None:
         )
 
 
-def test_every_repository_path_mentioned_exists() -> None:
+# The README and the notes it sends readers to for more (the benchmarks' history).
+DOCS = {"README.md": TEXT, "bench/README.md": (ROOT / "bench" / "README.md").read_text()}
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_repository_path_mentioned_exists(doc) -> None:
     tracked = _tracked()
     top = r"(?:tensorcode|annotate|trainingjobs|templates|static|tests|bench|\.ci)"
-    paths = set(re.findall(rf"(?<![\w./<-])({top}/[\w./-]*)", TEXT))
-    assert "tests/e2e/test_full_loop.py" in paths
+    paths = set(re.findall(rf"(?<![\w./<-])({top}/[\w./-]*)", DOCS[doc]))
+    assert {"README.md": "tests/e2e/test_full_loop.py", "bench/README.md": "annotate/hotpath.py"}[doc] in paths
     for mentioned in sorted(paths):
         name = mentioned.rstrip("/.")
         present = name in tracked or any(t.startswith(name + "/") for t in tracked)
         assert present, f"{mentioned} is not in the repository"
 
 
-def test_every_table_renders() -> None:
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_table_renders(doc) -> None:
     """A delimiter row with more cells than its header row is not a table to GitHub: it shows as plain text."""
     def cells(row: str) -> int:
         return len(re.sub(r"`[^`]*`", "", row).strip().strip("|").split("|"))
 
-    lines = TEXT.splitlines()
+    lines = DOCS[doc].splitlines()
     tables = [n for n, line in enumerate(lines) if re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", line.strip())]
-    assert len(tables) > 10
+    assert tables
     for n in tables:
         width = cells(lines[n - 1])
-        assert cells(lines[n]) == width, f"README line {n + 1}: {cells(lines[n])} columns under {width} headers"
+        assert cells(lines[n]) == width, f"{doc} line {n + 1}: {cells(lines[n])} columns under {width} headers"
         for row in lines[n + 1:]:
             if not row.startswith("|"):
                 break
-            assert cells(row) == width, f"README: a row of {cells(row)} cells in a {width}-column table: {row[:60]}"
+            assert cells(row) == width, f"{doc}: a row of {cells(row)} cells in a {width}-column table: {row[:60]}"
 
 
 # -- examples ----------------------------------------------------------------------------------------------------
