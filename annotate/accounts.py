@@ -67,10 +67,11 @@ def deactivate(user) -> int:
     tokens stop working at their next request, and every item they were labelling goes back to its queue.
     Their answers, drafts and memberships are kept, so `reactivate` gives everything back. Returns how many
     items they held."""
-    from annotate import queue
+    from annotate import hotpath, queue
     from annotate.models import Claim, Project
 
     with transaction.atomic():
+        hotpath.lock_account(user.pk)  # a claim in flight waits for this and is refused, or is released below
         get_user_model().objects.filter(pk=user.pk).update(is_active=False)
         user.is_active = False
         held = Claim.objects.filter(reviewer=user, expires_at__gt=timezone.now()).count()

@@ -363,6 +363,39 @@ def _locked_sql(connection):
 _LOCKED = _Query(_locked_sql)
 
 
+def lock_reviewer(project_id: int, user_id: int) -> bool:
+    """Whether the user may still be given items in the project (active, and a member or staff), holding their
+    account's row (KEY SHARE) until this transaction ends.
+
+    A request checks membership before its claim; a removal or deactivation landing between the two would leave
+    a claim made after it released the reviewer's claims. Both lock the account's row first
+    (`accounts.deactivate`, `Membership.delete`), so the claim either waits for them and is refused, or is made
+    first and released by them. KEY SHARE conflicts with their lock only: sign-ins and other claims go on. The
+    claim function (migration 0018) takes the same two steps; SQLite runs one writer at a time and locks nothing.
+    """
+    connection = connections[DEFAULT_DB_ALIAS]
+    q = connection.ops.quote_name
+    lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {q('is_staff')} FROM {_table(get_user_model(), q)} WHERE {q('id')} = %s "
+                       f"AND {q('is_active')}{lock}", [user_id])
+        row = cursor.fetchone()
+        if row is None:
+            return False
+        if row[0]:
+            return True
+        # A statement of its own: after waiting for the lock, it reads what the removal committed.
+        cursor.execute(f"SELECT 1 FROM {_table(Membership, q)} WHERE {q('project_id')} = %s AND {q('user_id')} = %s",
+                       [project_id, user_id])
+        return cursor.fetchone() is not None
+
+
+def lock_account(user_id: int) -> None:
+    """Lock the account's row (FOR UPDATE) before taking the user off a project or the site, and so before
+    releasing their claims: see `lock_reviewer`. An UPDATE of a plain column alone would not wait for a claim."""
+    list(get_user_model()._default_manager.select_for_update().filter(pk=user_id).values_list("pk", flat=True))
+
+
 def lock_item(item_id: int) -> Item | None:
     """Item `item_id` locked for this transaction, with its prediction (not the trace) and that one's version;
     None when it is gone."""

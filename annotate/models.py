@@ -183,9 +183,10 @@ class Membership(models.Model):
 
     def delete(self, *args, **kwargs):
         """Remove the member; their claims in the project are released at once (their answers are kept)."""
-        from annotate import queue
+        from annotate import hotpath, queue
 
         with transaction.atomic():
+            hotpath.lock_account(self.user_id)  # a claim in flight waits for this and is refused, or is released
             queue.release_claims(self.project, self.user)
             result = super().delete(*args, **kwargs)
         self.project.forget_roles()

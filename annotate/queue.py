@@ -83,6 +83,8 @@ def claim_next_id(project: Project, user, *, now=None) -> int | None:
 
 def _claim_next_in_python(project: Project, user, now, expires) -> Item | None:
     with transaction.atomic():
+        if not hotpath.lock_reviewer(project.pk, user.pk):  # removed or deactivated since the request began
+            return None
         # Fixed SQL (`annotate.hotpath`), as in the database function (migration 0005).
         held = hotpath.held_item_id(project.pk, user, ItemStatus.READY, now)
         item = hotpath.lock_item(held) if held is not None else None
@@ -246,6 +248,8 @@ def keep(item: Item, user, *, now=None) -> datetime:
     _require_member(project, user)
     now = now or timezone.now()
     with transaction.atomic():
+        if not hotpath.lock_reviewer(project.pk, user.pk):  # removed or deactivated since the request began
+            raise NotKept("You can no longer review in this project.")
         locked = hotpath.lock_item(item.pk)
         if locked is None:
             raise Item.DoesNotExist(f"item {item.pk} is gone")

@@ -1,0 +1,126 @@
+"""A reviewer taken off a project or the site while a claim of theirs is in flight holds nothing afterwards.
+
+A request checks membership, then claims. A removal (`Membership.delete`) or a deactivation (`accounts.deactivate`)
+landing between the two used to leave a claim made after they released the reviewer's claims, holding the item
+until its lease ended. Each order is played out on PostgreSQL with two connections: the one that comes second
+is seen waiting for the first one's lock before the first commits.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from annotate import accounts, hotpath, queue
+from annotate.models import Claim, Membership
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+TAKE_OFF = {
+    "removed from the project": lambda project, user: Membership.objects.get(project=project, user=user).delete(),
+    "deactivated": lambda project, user: accounts.deactivate(user),
+}
+
+
+@pytest.fixture(autouse=True, params=["database", "python"])
+def claim_path(request, monkeypatch) -> str:
+    """Both claim paths lock the same way on PostgreSQL (the suite skips this file on SQLite)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's; SQLite runs one writer at a time")
+    if request.param == "python":
+        monkeypatch.setattr(hotpath, "claims_in_database", lambda: False)
+    return request.param
+
+
+class Other(threading.Thread):
+    """`work()` on a connection of its own; its backend's pid, what it returned, or what it raised."""
+
+    def __init__(self, work, *, hold: threading.Event | None = None):
+        super().__init__(daemon=True)
+        self.work, self.hold = work, hold
+        self.pid = None
+        self.result = self.error = None
+        self.ready, self.done = threading.Event(), threading.Event()  # its work returned; it ended
+
+    def run(self) -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                self.pid = cursor.fetchone()[0]
+            with transaction.atomic():
+                self.result = self.work()
+                self.ready.set()
+                if self.hold is not None:  # keep this transaction open until told
+                    assert self.hold.wait(timeout=60), "never told to commit"
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+        finally:
+            self.ready.set()
+            self.done.set()
+            connection.close()
+
+    def waiting_for_a_lock(self) -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [self.pid])
+            row = cursor.fetchone()
+        return row is not None and row[0] == "Lock"
+
+    def blocked_or_done(self) -> bool:
+        return self.done.is_set() or (self.pid is not None and self.waiting_for_a_lock())
+
+
+@pytest.mark.parametrize("how", TAKE_OFF)
+def test_a_claim_in_flight_while_the_reviewer_is_taken_off_is_refused(ready_items, project, reviewer, how) -> None:
+    ready_items(project, [0.1, 0.2])
+    claimer = Other(lambda: queue.claim_next_id(project, reviewer))
+
+    with transaction.atomic():
+        TAKE_OFF[how](project, reviewer)
+        claimer.start()  # its membership check reads what is committed: it is still a member
+        wait_for(claimer.blocked_or_done, timeout=30, what="the claim to wait for the removal's lock")
+    claimer.join(timeout=30)
+
+    assert claimer.error is None, claimer.error
+    assert claimer.result is None  # refused once the removal committed
+    assert not Claim.objects.filter(reviewer=reviewer).exists()
+
+
+@pytest.mark.parametrize("how", TAKE_OFF)
+def test_a_claim_made_just_before_the_reviewer_is_taken_off_is_released(ready_items, project, reviewer,
+                                                                        how) -> None:
+    ready_items(project, [0.1, 0.2])
+    commit = threading.Event()
+    claimer = Other(lambda: queue.claim_next_id(project, reviewer), hold=commit)
+    claimer.start()
+    assert claimer.ready.wait(timeout=30)
+    assert claimer.error is None and claimer.result is not None  # claimed, not yet committed
+    remover = Other(lambda: TAKE_OFF[how](project, reviewer))
+    remover.start()
+
+    wait_for(remover.blocked_or_done, timeout=30, what="the removal to wait for the claim's lock")
+    commit.set()
+    claimer.join(timeout=30)
+    remover.join(timeout=30)
+
+    assert claimer.error is None and remover.error is None, (claimer.error, remover.error)
+    assert not Claim.objects.filter(reviewer=reviewer).exists()  # the removal saw the claim, and released it
+
+
+def test_keeping_a_draft_while_the_reviewer_is_deactivated_is_refused(ready_items, project, reviewer) -> None:
+    """A draft without a claim lets a reviewer take an item back (`queue.keep`): a deactivation in progress wins."""
+    (item, _) = ready_items(project, [0.1, 0.2])
+    queue.save_draft(item, reviewer, "db")
+    keeper = Other(lambda: queue.keep(item, reviewer))
+
+    with transaction.atomic():
+        accounts.deactivate(reviewer)
+        keeper.start()
+        wait_for(keeper.blocked_or_done, timeout=30, what="the keep to wait for the deactivation's lock")
+    keeper.join(timeout=30)
+
+    assert isinstance(keeper.error, queue.NotKept), keeper.error
+    assert "no longer review" in str(keeper.error)
+    assert not Claim.objects.filter(reviewer=reviewer).exists()
