@@ -93,6 +93,12 @@ class MembershipAdmin(admin.ModelAdmin):
     search_fields = ["user__username", "project__slug"]
     raw_id_fields = ["project", "user"]
 
+    def delete_queryset(self, request, queryset) -> None:
+        """One by one (`Membership.delete`), as the site's Remove does: each member's claims in the project go back
+        to its queue. A bulk delete of the rows would leave those items held until their leases ended."""
+        for membership in queryset.select_related("project", "user"):
+            membership.delete()
+
 
 @admin.register(ModelVersion)
 class ModelVersionAdmin(admin.ModelAdmin):

@@ -15,6 +15,7 @@ from annotate import imports, queue
 from annotate.models import (
     Answer,
     AnswerKind,
+    Claim,
     ExperienceUpload,
     Export,
     ExportState,
@@ -441,6 +442,23 @@ def test_removing_a_reviewer_who_holds_a_claim_says_so_and_frees_the_item(client
     response = client.post(reverse("item_submit", args=[project.slug, item.pk]), {"choice": "db"}, **HX)
     assert response.status_code == 404
     assert not Answer.objects.filter(reviewer=reviewer).exists()
+
+
+@pytest.mark.django_db
+def test_memberships_deleted_together_in_djangos_admin_free_their_items(client, project, reviewer, second_reviewer,
+                                                                        project_admin, django_user_model) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    assert queue.claim_next(project, reviewer) == first
+    assert queue.claim_next(project, second_reviewer) == second
+    client.force_login(django_user_model.objects.create_superuser("root", password="a-long-password"))
+    chosen = [m.pk for m in project.memberships.filter(user__in=[reviewer, second_reviewer])]
+
+    client.post(reverse("admin:annotate_membership_changelist"),
+                {"action": "delete_selected", "_selected_action": chosen, "post": "yes"})
+
+    assert not project.memberships.filter(pk__in=chosen).exists()
+    assert not Claim.objects.exists()  # both items are back in the queue at once
+    assert queue.claim_next(project, project_admin) == first
 
 
 @pytest.mark.django_db
