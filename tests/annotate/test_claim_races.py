@@ -17,7 +17,9 @@ from annotate import accounts, hotpath, queue
 from annotate.models import Claim, Membership
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+# Row locks are PostgreSQL's: SQLite runs one writer at a time.
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True),
+              pytest.mark.skipif(connection.vendor != "postgresql", reason="needs PostgreSQL's row locks")]
 
 TAKE_OFF = {
     "removed from the project": lambda project, user: Membership.objects.get(project=project, user=user).delete(),
@@ -25,11 +27,9 @@ TAKE_OFF = {
 }
 
 
-@pytest.fixture(autouse=True, params=["database", "python"])
+@pytest.fixture(params=["database", "python"])
 def claim_path(request, monkeypatch) -> str:
-    """Both claim paths lock the same way on PostgreSQL (the suite skips this file on SQLite)."""
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks are PostgreSQL's; SQLite runs one writer at a time")
+    """Both claim paths take the reviewer's row the same way: the database function, and the Python steps."""
     if request.param == "python":
         monkeypatch.setattr(hotpath, "claims_in_database", lambda: False)
     return request.param
@@ -73,7 +73,8 @@ class Other(threading.Thread):
 
 
 @pytest.mark.parametrize("how", TAKE_OFF)
-def test_a_claim_in_flight_while_the_reviewer_is_taken_off_is_refused(ready_items, project, reviewer, how) -> None:
+def test_a_claim_in_flight_while_the_reviewer_is_taken_off_is_refused(claim_path, ready_items, project, reviewer,
+                                                                       how) -> None:
     ready_items(project, [0.1, 0.2])
     claimer = Other(lambda: queue.claim_next_id(project, reviewer))
 
@@ -89,7 +90,7 @@ def test_a_claim_in_flight_while_the_reviewer_is_taken_off_is_refused(ready_item
 
 
 @pytest.mark.parametrize("how", TAKE_OFF)
-def test_a_claim_made_just_before_the_reviewer_is_taken_off_is_released(ready_items, project, reviewer,
+def test_a_claim_made_just_before_the_reviewer_is_taken_off_is_released(claim_path, ready_items, project, reviewer,
                                                                         how) -> None:
     ready_items(project, [0.1, 0.2])
     commit = threading.Event()
