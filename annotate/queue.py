@@ -7,6 +7,8 @@ Claims (`Claim` rows) are the truth; `Item.claimed_by`/`claim_expires_at` mirror
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -82,8 +84,8 @@ def claim_next_id(project: Project, user, *, now=None) -> int | None:
 
 
 def _claim_next_in_python(project: Project, user, now, expires) -> Item | None:
-    with transaction.atomic():
-        if not hotpath.lock_reviewer(project.pk, user.pk):  # removed or deactivated since the request began
+    with _claiming(project, user) as allowed:
+        if not allowed:
             return None
         # Fixed SQL (`annotate.hotpath`), as in the database function (migration 0005).
         held = hotpath.held_item_id(project.pk, user, ItemStatus.READY, now)
@@ -206,7 +208,7 @@ def undo_last(project: Project, user, *, now=None) -> Answer | None:
     )
     if latest is None:
         return None
-    with transaction.atomic():
+    with _claiming(project, user) as allowed:
         item = Item.objects.select_for_update().get(pk=latest[1])
         answer = Answer.objects.select_for_update().get(pk=latest[0])
         if not answer.is_final:
@@ -217,7 +219,7 @@ def undo_last(project: Project, user, *, now=None) -> Answer | None:
         item.project = project
         item.disagreement = agreement.item_disagreement(item)
         item.save(update_fields=["final_answers", "status", "disagreement"])
-        if item.status == ItemStatus.READY and hotpath.free_slots(item, user, project.overlap, now) > 0:
+        if allowed and item.status == ItemStatus.READY and hotpath.free_slots(item, user, project.overlap, now) > 0:
             _claim(item, user, now + timedelta(seconds=project.lease_seconds), now)
         return answer
 
@@ -247,8 +249,8 @@ def keep(item: Item, user, *, now=None) -> datetime:
     project = item.project
     _require_member(project, user)
     now = now or timezone.now()
-    with transaction.atomic():
-        if not hotpath.lock_reviewer(project.pk, user.pk):  # removed or deactivated since the request began
+    with _claiming(project, user) as allowed:
+        if not allowed:
             raise NotKept("You can no longer review in this project.")
         locked = hotpath.lock_item(item.pk)
         if locked is None:
@@ -285,6 +287,15 @@ def _require_member(project: Project, user) -> None:
 
 def _final_answers(user, **where):
     return Answer.objects.filter(reviewer=user, kind__in=FINAL_KINDS, **where)
+
+
+@contextlib.contextmanager
+def _claiming(project: Project, user) -> Iterator[bool]:
+    """A transaction that may give `user` a claim in `project`, and whether it may: not if they were removed or
+    deactivated since the request checked (`hotpath.lock_reviewer`, taken first, before any item's lock, as the
+    database claim function does). Every claim the Python steps make is made inside one."""
+    with transaction.atomic():
+        yield hotpath.lock_reviewer(project.pk, user.pk)
 
 
 def _claim(item: Item, user, expires, now) -> Item:

@@ -72,17 +72,22 @@ class Other(threading.Thread):
         return self.done.is_set() or (self.pid is not None and self.waiting_for_a_lock())
 
 
+def run_while_taken_off(take_off, other: Other) -> None:
+    """Start `other` inside the transaction of `take_off()`, see it wait for that one's lock, then commit."""
+    with transaction.atomic():
+        take_off()
+        other.start()  # its membership check reads what is committed: it is still a member
+        wait_for(other.blocked_or_done, timeout=30, what="the claiming transaction to wait for the removal's lock")
+    other.join(timeout=30)
+
+
 @pytest.mark.parametrize("how", TAKE_OFF)
 def test_a_claim_in_flight_while_the_reviewer_is_taken_off_is_refused(claim_path, ready_items, project, reviewer,
                                                                        how) -> None:
     ready_items(project, [0.1, 0.2])
     claimer = Other(lambda: queue.claim_next_id(project, reviewer))
 
-    with transaction.atomic():
-        TAKE_OFF[how](project, reviewer)
-        claimer.start()  # its membership check reads what is committed: it is still a member
-        wait_for(claimer.blocked_or_done, timeout=30, what="the claim to wait for the removal's lock")
-    claimer.join(timeout=30)
+    run_while_taken_off(lambda: TAKE_OFF[how](project, reviewer), claimer)
 
     assert claimer.error is None, claimer.error
     assert claimer.result is None  # refused once the removal committed
@@ -116,12 +121,23 @@ def test_keeping_a_draft_while_the_reviewer_is_deactivated_is_refused(ready_item
     queue.save_draft(item, reviewer, "db")
     keeper = Other(lambda: queue.keep(item, reviewer))
 
-    with transaction.atomic():
-        accounts.deactivate(reviewer)
-        keeper.start()
-        wait_for(keeper.blocked_or_done, timeout=30, what="the keep to wait for the deactivation's lock")
-    keeper.join(timeout=30)
+    run_while_taken_off(lambda: accounts.deactivate(reviewer), keeper)
 
     assert isinstance(keeper.error, queue.NotKept), keeper.error
     assert "no longer review" in str(keeper.error)
+    assert not Claim.objects.filter(reviewer=reviewer).exists()
+
+
+def test_an_undo_while_the_reviewer_is_deactivated_keeps_the_draft_and_claims_nothing(ready_items, project,
+                                                                                    reviewer) -> None:
+    """Undo gives the item back with a fresh claim (`queue.undo_last`): not to a reviewer deactivated meanwhile."""
+    (item, _) = ready_items(project, [0.1, 0.2])
+    assert queue.claim_next_id(project, reviewer) == item.pk
+    queue.submit(item, reviewer, "db")
+    undoer = Other(lambda: queue.undo_last(project, reviewer))
+
+    run_while_taken_off(lambda: accounts.deactivate(reviewer), undoer)
+
+    assert undoer.error is None, undoer.error
+    assert undoer.result.kind == "draft"  # the work is kept, as a draft
     assert not Claim.objects.filter(reviewer=reviewer).exists()
