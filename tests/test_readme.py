@@ -154,7 +154,9 @@ def test_python_example_runs_from_any_folder(block, tmp_path) -> None:
 
 @pytest.mark.parametrize("block", SHELL_HERE, ids=_id)
 def test_shell_example_runs_from_any_folder(block, tmp_path) -> None:
-    _run(["bash", "-euo", "pipefail", "-c", block[2]], tmp_path, _env())
+    out = _run(["bash", "-euo", "pipefail", "-c", block[2]], tmp_path, _env())
+    if "tensorcode evaluate" in block[2]:  # "Training offline": it trains, and says how well
+        assert re.search(r"trained \w+: \d+ steps", out) and "top1 " in out, out
 
 
 # -- the site's examples, against a seeded demo --------------------------------------------------------------------

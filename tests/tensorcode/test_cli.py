@@ -48,6 +48,14 @@ def workspace(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def trained(workspace) -> Path:
+    """``tensorcode train`` run once on the workspace: the trained tool, with its checkpoint, for reading."""
+    tensorcode("train", workspace / "tool", workspace / "experiences", "-o", workspace / "trained", "--device", "cpu",
+               cwd=workspace)
+    return workspace / "trained"
+
+
 def _one_line_error(done: subprocess.CompletedProcess, match: str) -> None:
     assert done.returncode != 0
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("tensorcode: error: "), done.stderr
@@ -112,23 +120,19 @@ def test_evaluate_prints_the_metric(workspace, tmp_path):
     assert text.stdout.startswith("top1 ") and "on 24 examples (mean loss" in text.stdout
 
 
-def test_inspect_summarizes_experience_checkpoint_and_tool(workspace, tmp_path):
-    tensorcode("train", workspace / "tool", workspace / "experiences", "-o", tmp_path / "out", "--device", "cpu",
-               cwd=tmp_path)
+def test_inspect_summarizes_experience_checkpoint_and_tool(workspace, trained, tmp_path):
     experience = tensorcode("inspect", workspace / "experiences" / "experience-0.json", cwd=tmp_path).stdout
     assert "calls: 1" in experience and "loss decision.rank" in experience and "review:0/0" in experience
     assert "fingerprint decision:" in experience and "tensors: 1" in experience
-    checkpoint = tensorcode("inspect", tmp_path / "out" / "checkpoint", cwd=tmp_path).stdout
+    checkpoint = tensorcode("inspect", trained / "checkpoint", cwd=tmp_path).stdout
     assert "run: step 6 of 6" in checkpoint and "torch.optim" in checkpoint
-    tool = json.loads(tensorcode("inspect", tmp_path / "out", "--json", cwd=tmp_path).stdout)
+    tool = json.loads(tensorcode("inspect", trained, "--json", cwd=tmp_path).stdout)
     assert tool["tool"] == "decision" and tool["fingerprint"].startswith("decision:")
     assert tool["weights"]["tensors"] > 0
 
 
-def test_validate_accepts_valid_files_and_names_the_problem_otherwise(workspace, tmp_path):
-    tensorcode("train", workspace / "tool", workspace / "experiences", "-o", tmp_path / "out", "--device", "cpu",
-               cwd=tmp_path)
-    ok = tensorcode("validate", workspace / "tool", tmp_path / "out" / "checkpoint",
+def test_validate_accepts_valid_files_and_names_the_problem_otherwise(workspace, trained, tmp_path):
+    ok = tensorcode("validate", workspace / "tool", trained / "checkpoint",
                     workspace / "experiences" / "experience-1.json", cwd=tmp_path)
     assert ok.stdout.count("ok: ") == 3
     broken = tmp_path / "broken.json"
@@ -208,16 +212,3 @@ def test_installed_script_trains_from_another_folder(workspace, tmp_path):
     evaluate = subprocess.run([script, "evaluate", "trained", str(workspace / "experiences")], cwd=elsewhere,
                               env=env, capture_output=True, text=True, timeout=300)
     assert evaluate.returncode == 0 and evaluate.stdout.startswith("top1 "), evaluate.stderr
-
-    # The README's worked example, as written, from a fresh folder, with this environment's commands on PATH.
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Training offline"):]
-    section = section[: section.index("\n## ", 1)]
-    install, example = (block.split("\n```")[0] for block in section.split("```sh\n")[1:3])
-    assert install.strip() == 'pip install ".[tools]"'
-    folder = tmp_path / "readme"
-    folder.mkdir()
-    shell = subprocess.run(["bash", "-e", "-c", example], cwd=folder, capture_output=True, text=True, timeout=600,
-                           env={**env, "PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}"})
-    assert shell.returncode == 0, shell.stderr
-    assert "trained decision: 120 steps" in shell.stdout and "top1 " in shell.stdout
