@@ -523,3 +523,15 @@ def test_settings_lists_admins_first_then_names_as_people_read_them(client, proj
     names = [m.user.get_username() for m in members]
     assert names[0] == project_admin.get_username()
     assert [n for n in names if n in ("r10", "R2", "r1")] == ["r1", "R2", "r10"]
+
+
+@pytest.mark.django_db
+def test_settings_page_heads_like_the_other_project_pages(client, project, project_admin) -> None:
+    """"Settings" over the project's name, which leads back to it, and a title that starts with the page."""
+    client.force_login(project_admin)
+
+    page = client.get(reverse("project_settings", args=[project.slug])).content.decode()
+
+    assert "<h1>Settings</h1>" in page
+    assert f'<a href="{reverse("project_detail", args=[project.slug])}">{project.name}</a>' in page
+    assert f"<title>Settings · {project.name} · tensorcode annotate</title>" in page
