@@ -54,6 +54,8 @@ def test_agreement_page_explains_what_to_do_when_nothing_can_be_compared(client,
     page = client.get(reverse("agreement_page", args=[project.slug])).content.decode()
 
     assert "Nothing to compare yet" in page and "overlap 1" in page
+    # Headed like the project's other sections (Items, Progress, Training, Settings): the page, then the project.
+    assert page.index("<h1>Agreement</h1>") < page.index(f'<a href="{reverse("project_detail", args=[project.slug])}">')
 
 
 def test_reviewers_get_403_and_outsiders_404_on_every_agreement_page(client, project, reviewer, outsider,
