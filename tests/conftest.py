@@ -77,6 +77,8 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order the scheduler hands them out in
+        items.sort(key=_slow_first)
     if os.environ.get("CI", "").lower() == "true":
         return
     missing = _missing_services()
@@ -88,6 +90,44 @@ def pytest_collection_modifyitems(config, items) -> None:
             needs.add("redis")
         for need in sorted(needs):
             item.add_marker(pytest.mark.skip(reason=f"{_NEEDS}{need}: {missing[need]}"))
+
+
+# -- how the test processes share the work ----------------------------------------------------------------------
+# Modules whose tests share a module-scoped fixture worth making once (a browser, the served demo, a trained tool)
+# run whole in one test process. tests/test_suite_summary.py checks that this names every such module.
+SHARED_SETUP = ("tests/e2e/", "tests/test_readme.py", "tests/tensorcode/test_cli.py", "tests/tensorcode/test_run.py",
+                "tests/tensorcode/test_experience_fuzz.py", "tests/tensorcode/test_checkpoint_fuzz.py",
+                "tests/tensorcode/tools/test_chatbot.py")
+SLOW_MARKS = {"e2e", "integration", "scale"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Slow tests first, and a process is given more only as it runs out.
+
+    xdist's default (`load`) sends each process long runs of tests in file order, which it alone will run: a run
+    of browser and worker tests near the end kept one process busy 130 s after the other two had finished
+    (2026-12-04). Here a process is sent its next test (or `SHARED_SETUP` module) when it has two left, and the
+    tests that start browsers, workers or subprocesses (`SLOW_MARKS`) come first, so the processes all end on
+    quick tests at about the same time.
+    """
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SlowFirst(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if path.startswith(SHARED_SETUP) else nodeid
+
+    config.option.loadscopereorder = False  # keep the collection's order (`_slow_first`)
+    return SlowFirst(config, log)
+
+
+def _slow_first(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    slow = path.startswith("tests/e2e/") or any(mark.name in SLOW_MARKS for mark in item.iter_markers())
+    return 0 if slow else 1
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
