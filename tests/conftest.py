@@ -101,7 +101,7 @@ SHARED_SETUP = ("tests/e2e/", "tests/test_readme.py", "tests/tensorcode/test_cli
 SLOW_MARKS = {"e2e", "integration", "scale"}
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Slow tests first, and a process is given more only as it runs out.
 
