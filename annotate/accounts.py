@@ -1,22 +1,31 @@
 """Accounts for a team: creating reviewers' accounts and the one-time links with which they set a password; and
 a limit on failed sign-ins, so a password cannot be guessed at the speed of the network.
 
-The site sends no email, so a link is shown to the admin who asked for it, once, to pass on. It is Django's own
-password-reset token (`PasswordResetTokenGenerator`): nothing is stored; it stops working once its password is
-set, once its user signs in, or after `PASSWORD_RESET_TIMEOUT` (`TC_PASSWORD_LINK_DAYS`).
+A link is shown to the admin who asked for it, once, to pass on; with email set up (`TC_EMAIL_URL`) it is also
+mailed to each account that has an address, and a forgotten password can be reset from the sign-in page. It is
+Django's own password-reset token (`PasswordResetTokenGenerator`): nothing is stored; it stops working once its
+password is set, once its user signs in, or after `PASSWORD_RESET_TIMEOUT` (`TC_PASSWORD_LINK_DAYS`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import math
+import smtplib
 import time
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.tokens import default_token_generator
+from django.core import mail
 from django.core.cache import cache
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import transaction
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.encoding import force_bytes
@@ -87,9 +96,19 @@ def reactivate(user) -> None:
 
 
 def create(names: list[str]) -> list:
-    """New accounts for `names`, each without a usable password until its owner follows their link."""
+    """New accounts for `names`, each without a usable password until its owner follows their link. A name that is
+    an email address is also the account's address, where its links can be mailed."""
     model = get_user_model()
-    return [model.objects.create_user(name, password=None) for name in names]
+    return [model.objects.create_user(name, email=name if is_address(name) else "", password=None)
+            for name in names]
+
+
+def is_address(text: str) -> bool:
+    try:
+        validate_email(text)
+    except ValidationError:
+        return False
+    return True
 
 
 def set_password_link(request, user) -> str:
@@ -99,6 +118,91 @@ def set_password_link(request, user) -> str:
         "token": default_token_generator.make_token(user),
     })
     return request.build_absolute_uri(path)
+
+
+# -- links by email --------------------------------------------------------------------------------------------
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A user's set-password link, and what became of mailing it: `emailed_to` the address it went to, or
+    `not_sent` why it did not (empty when the site sends no email or the account has no address)."""
+
+    name: str
+    url: str
+    emailed_to: str = ""
+    not_sent: str = ""
+
+
+def links(request, users: list) -> list[Link]:
+    """Each user's set-password link, mailed to those with an address when the site sends email.
+
+    One connection to the mail server for them all; a server that refuses one address still gets the others, and
+    a server that cannot be reached is tried once, not once per user. Nothing is lost when a message is not
+    sent: the link is on the admin's page either way.
+    """
+    made = [(user, set_password_link(request, user)) for user in users]
+    if not settings.TC_EMAIL:
+        return [Link(user.get_username(), url) for user, url in made]
+    result, connection, down = [], None, ""
+    for user, url in made:
+        name = user.get_username()
+        if not user.email:
+            result.append(Link(name, url, not_sent="no email address"))
+            continue
+        if not down:
+            try:
+                connection = connection or _open_mail()
+                connection.send_messages([_link_message(request, user, url, connection)])
+            except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as refused:
+                log.warning("mail server refused the set-password link for %s: %s", name, refused)
+                result.append(Link(name, url, not_sent="the mail server refused the address"))
+                continue
+            except (OSError, smtplib.SMTPException) as error:  # unreachable, timed out, rejected our login
+                log.warning("could not send set-password links: %s", error)
+                down = f"the mail server could not be used ({type(error).__name__})"
+        result.append(Link(name, url, not_sent=down) if down else Link(name, url, emailed_to=user.email))
+    if connection is not None:
+        with contextlib.suppress(OSError, smtplib.SMTPException):  # every message is through or accounted for
+            connection.close()
+    return result
+
+
+def _open_mail():
+    connection = mail.get_connection(fail_silently=False)
+    connection.open()
+    return connection
+
+
+def _link_message(request, user, url: str, connection) -> mail.EmailMessage:
+    context = {"name": user.get_username(), "url": url, "site": request.get_host(),
+               "days": round(settings.PASSWORD_RESET_TIMEOUT / 86400, 1)}
+    body = render_to_string("registration/set_password_email.txt", context)
+    return mail.EmailMessage("Your set-password link for tensorcode annotate", body, to=[user.email],
+                             connection=connection)
+
+
+def send_forgotten(request, given: str) -> None:
+    """Mail a set-password link to the account named `given` (its username or its email address), if it is active
+    and has an address, at most once per `TC_RESET_EMAIL_MINUTES` so the form cannot flood anyone's inbox.
+
+    The caller says the same thing whatever happens here: whether an account exists is not for a visitor to learn.
+    """
+    model = get_user_model()
+    given = given.strip()
+    user = model.objects.filter(username=given, is_active=True).first()
+    if user is None and is_address(given):
+        matches = list(model.objects.filter(email__iexact=given, is_active=True)[:2])
+        user = matches[0] if len(matches) == 1 else None  # an address two accounts share names neither
+    if user is None or not user.email:
+        return
+    key = f"reset-mailed:{user.pk}"
+    if not cache.add(key, 1, timeout=int(settings.TC_RESET_EMAIL_MINUTES * 60)):
+        return
+    [link] = links(request, [user])
+    if link.not_sent:  # the mail server failed: asking again must not wait for the window
+        cache.delete(key)
 
 
 # -- failed sign-ins -----------------------------------------------------------------------------------------------

@@ -60,3 +60,50 @@ def flag(name: str, default: bool) -> bool:
 def csv(name: str, default: str) -> list[str]:
     """Read a comma-separated list, dropping blanks."""
     return [part.strip() for part in os.environ.get(name, default).split(",") if part.strip()]
+
+
+def email_from_url(value: str) -> dict:
+    """Return Django's email settings for `TC_EMAIL_URL`, with `TC_EMAIL` saying whether the site sends any.
+
+    Empty: no email; set-password links are shown to the admin who asks, to pass on. `console` writes each
+    message to the server's log (to try it out). `smtp://user:password@host:port` sends through that server with
+    STARTTLS (port 587 unless given; `?tls=0` for a relay on a private network that takes plain SMTP), and
+    `smtps://...` over TLS from the first byte (port 465 unless given).
+    """
+    if not value:
+        return {"TC_EMAIL": False}
+    if value in ("console", "console:", "console://"):
+        return {"TC_EMAIL": True, "EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend"}
+    url = urlsplit(value)
+    hint = "use 'smtp://user:password@mail.example.com:587', 'smtps://...' or 'console'"
+    if url.scheme not in ("smtp", "smtps"):
+        raise ImproperlyConfigured(f"TC_EMAIL_URL={_hide_password(value)!r} is not understood; {hint}.")
+    if not url.hostname:
+        raise ImproperlyConfigured(f"TC_EMAIL_URL={_hide_password(value)!r} names no mail server; {hint}.")
+    options = dict(parse_qsl(url.query))
+    unknown = sorted(set(options) - {"tls"})
+    if unknown:
+        raise ImproperlyConfigured(f"TC_EMAIL_URL: unknown option {', '.join(unknown)}; the one option is tls=0.")
+    starttls = options.get("tls", "1").strip().lower()
+    if starttls not in _TRUE | _FALSE:
+        raise ImproperlyConfigured(f"TC_EMAIL_URL: tls={options['tls']!r} is not a yes/no value.")
+    ssl = url.scheme == "smtps"
+    return {
+        "TC_EMAIL": True,
+        "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "EMAIL_HOST": url.hostname,
+        "EMAIL_PORT": url.port or (465 if ssl else 587),
+        "EMAIL_HOST_USER": unquote(url.username or ""),
+        "EMAIL_HOST_PASSWORD": unquote(url.password or ""),
+        "EMAIL_USE_SSL": ssl,
+        "EMAIL_USE_TLS": not ssl and starttls in _TRUE,
+        # A request waits for the send: a mail server that does not answer must not hold it for long.
+        "EMAIL_TIMEOUT": 10,
+    }
+
+
+def _hide_password(value: str) -> str:
+    url = urlsplit(value)
+    if url.password is None:
+        return value
+    return value.replace(f":{url.password}@", ":***@", 1)

@@ -133,7 +133,9 @@ class MemberForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices, initial=Role.REVIEWER)
     create = forms.BooleanField(
         label="Create accounts for names that have none", required=False,
-        help_text="Each new account gets a link, shown once, with which its owner sets a password.")
+        help_text="Each new account gets a link, shown once, with which its owner sets a password. A name that is "
+                  "an email address is also the account's address (links are mailed there when the site sends "
+                  "email).")
 
     def __init__(self, *args, may_create: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
@@ -228,6 +230,20 @@ class TimeZoneForm(forms.Form):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["time_zone"].choices = [("", "Follow this browser")] + [(z, z) for z in zone_names()]
+
+
+class ForgottenForm(forms.Form):
+    """Whose password to reset, by username or email address (shown only when the site sends email)."""
+
+    name = forms.CharField(label="Username or email address", max_length=254,
+                           widget=forms.TextInput(attrs={"autocomplete": "username", "autofocus": True}))
+
+
+class EmailForm(forms.Form):
+    """The address a user's set-password links are mailed to; empty removes it."""
+
+    email = forms.EmailField(label="Email address", required=False, max_length=254,
+                             widget=forms.EmailInput(attrs={"autocomplete": "email"}))
 
 
 class ProjectDeleteForm(forms.Form):

@@ -142,6 +142,12 @@ TC_SIGNIN_FAILURES = int(os.environ.get("TC_SIGNIN_FAILURES", 10))
 TC_SIGNIN_LOCK_MINUTES = float(os.environ.get("TC_SIGNIN_LOCK_MINUTES", 15))
 # How long an admin's set-password link works (annotate.accounts): a new teammate may open it days later.
 PASSWORD_RESET_TIMEOUT = int(float(os.environ.get("TC_PASSWORD_LINK_DAYS", 7)) * 86400)
+# Email is optional (annotate.accounts): with `TC_EMAIL_URL` the site mails set-password links itself and a
+# forgotten password can be reset from the sign-in page; without it, an admin passes the links on.
+globals().update(envconfig.email_from_url(os.environ.get("TC_EMAIL_URL", "").strip()))
+DEFAULT_FROM_EMAIL = os.environ.get("TC_EMAIL_FROM", "tensorcode annotate <annotate@localhost>")
+# A forgotten-password request mails an account at most once in this many minutes (counted in the cache).
+TC_RESET_EMAIL_MINUTES = float(os.environ.get("TC_RESET_EMAIL_MINUTES", 5))
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 

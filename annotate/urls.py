@@ -60,11 +60,12 @@ urlpatterns = [
          name="adjudicate_all_distribution"),
     path(project + "items/<int:pk>/adjudicate/", agreement.adjudication_page, name="adjudication_page"),
     path(project + "items/<int:pk>/adjudicate/submit/", agreement.adjudicate, name="adjudicate"),
-    # No email leaves this site: a forgotten password gets a set-password link from an admin (annotate.accounts).
+    # A forgotten password: a link by email when the site sends email, else from an admin (annotate.accounts).
     path("accounts/password_reset/", pages.password_forgotten, name="password_reset"),
     path("accounts/login/", LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("accounts/password_change/", account.AccountPage.as_view(), name="password_change"),
     path("accounts/time-zone/", account.time_zone, name="account_time_zone"),
+    path("accounts/email/", account.email, name="account_email"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -5,22 +5,36 @@ from __future__ import annotations
 
 from collections import Counter
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max, OuterRef, Subquery
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_http_methods
 
-from annotate import progress, tasks
-from annotate.forms import ExperienceUploadForm, ExportForm, ImportForm
+from annotate import accounts, progress, tasks
+from annotate.forms import ExperienceUploadForm, ExportForm, ForgottenForm, ImportForm
 from annotate.models import FINAL_KINDS, FINISHED_STATUSES, Answer, Item, ItemStatus, Membership, Project, UploadState
 from annotate.views import access
 
 
-@require_GET
+@require_http_methods(["GET", "POST"])
 def password_forgotten(request: HttpRequest) -> HttpResponse:
-    """In place of Django's emailed reset, which needs a mail server this site does not have: whom to ask."""
-    return render(request, "registration/password_forgotten.html")
+    """A forgotten password: a link by email when the site sends email (`TC_EMAIL_URL`), else whom to ask.
+
+    The answer to a request is the same whether or not the account exists or has an address, so the form
+    tells a visitor nothing about who has an account.
+    """
+    if not settings.TC_EMAIL:
+        if request.method == "POST":
+            return HttpResponseNotAllowed(["GET"])
+        return render(request, "registration/password_forgotten.html")
+    form = ForgottenForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        accounts.send_forgotten(request, form.cleaned_data["name"])
+        return render(request, "registration/password_forgotten.html", {"sent": True})
+    return render(request, "registration/password_forgotten.html", {"form": form},
+                  status=400 if form.is_bound else 200)
 
 
 @require_GET

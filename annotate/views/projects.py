@@ -150,10 +150,12 @@ def member_active(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 
 
 def _links_page(request: HttpRequest, project, users: list, *, new: bool) -> HttpResponse:
-    """The set-password links, shown once; the page is never cached, as each link sets a password."""
-    links = [(user.get_username(), accounts.set_password_link(request, user)) for user in users]
+    """The set-password links, shown once (and mailed, when the site sends email); the page is never cached, as
+    each link sets a password."""
+    links = accounts.links(request, users)
     response = render(request, "annotate/member_links.html", {
-        "project": project, "links": links, "new": new,
+        "project": project, "links": links, "new": new, "sends_email": settings.TC_EMAIL,
+        "emailed": sum(1 for link in links if link.emailed_to),
         "days": round(settings.PASSWORD_RESET_TIMEOUT / 86400, 1)})
     add_never_cache_headers(response)
     return response

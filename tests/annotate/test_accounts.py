@@ -1,5 +1,6 @@
 """Accounts for a team: an admin creates reviewers' accounts and gives set-password links; everyone changes their
-own password; a forgotten password says whom to ask (the site sends no email)."""
+own password; a forgotten password says whom to ask (the site sends no email by default: with `TC_EMAIL_URL` it
+mails links, tests/annotate/test_account_email.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.core import mail
 from django.test import Client
 from django.urls import reverse
 
@@ -184,6 +186,7 @@ def test_a_forgotten_password_says_whom_to_ask_and_sends_nothing(client, reviewe
     page = client.get(reverse("password_reset"))
     assert page.status_code == 200 and "This site sends no email" in page.content.decode()
     assert client.post(reverse("password_reset"), {"email": "rita@example.com"}).status_code == 405
+    assert mail.outbox == []
 
 
 @pytest.mark.django_db

@@ -88,6 +88,33 @@ def test_database_from_url_rejects_unusable_values(value: str, tmp_path: Path) -
         envconfig.database_from_url(value, tmp_path)
 
 
+def test_email_from_url_reads_smtp_smtps_and_console() -> None:
+    assert envconfig.email_from_url("") == {"TC_EMAIL": False}
+    smtp = envconfig.email_from_url("smtp://ann:p%40ss@mail.example.com")
+    assert smtp == {
+        "TC_EMAIL": True, "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "EMAIL_HOST": "mail.example.com", "EMAIL_PORT": 587, "EMAIL_HOST_USER": "ann", "EMAIL_HOST_PASSWORD": "p@ss",
+        "EMAIL_USE_SSL": False, "EMAIL_USE_TLS": True, "EMAIL_TIMEOUT": 10,
+    }
+    smtps = envconfig.email_from_url("smtps://mail.example.com")
+    assert (smtps["EMAIL_PORT"], smtps["EMAIL_USE_SSL"], smtps["EMAIL_USE_TLS"]) == (465, True, False)
+    relay = envconfig.email_from_url("smtp://relay.internal:25?tls=0")
+    assert (relay["EMAIL_PORT"], relay["EMAIL_USE_TLS"], relay["EMAIL_HOST_USER"]) == (25, False, "")
+    assert envconfig.email_from_url("console")["EMAIL_BACKEND"] == "django.core.mail.backends.console.EmailBackend"
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("http://ann:secret@mail.example.com", "not understood"),
+    ("smtp://ann:secret@:587", "names no mail server"),
+    ("smtp://mail.example.com?ssl=1", "unknown option ssl"),
+    ("smtp://mail.example.com?tls=maybe", "not a yes/no value"),
+])
+def test_email_from_url_rejects_unusable_values_without_showing_the_password(value: str, says: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match=says) as error:
+        envconfig.email_from_url(value)
+    assert "secret" not in str(error.value)
+
+
 def test_flag_rejects_unknown_value(monkeypatch) -> None:
     monkeypatch.setenv("DEBUG", "maybe")
 
