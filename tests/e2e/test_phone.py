@@ -1,5 +1,6 @@
 """The site on a phone's width (390 px): every page of a project with a team at work fits the screen; a wide table
-scrolls in its own box, and the header's links wrap under the site's name."""
+scrolls in its own box, a member's row (and a new account's link) stacks so its buttons stay on the screen, and
+the header's links wrap under the site's name."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ PAGES = ("", "projects/outages/", "projects/outages/items/", "projects/outages/p
 WIDER_THAN_THE_SCREEN = """Array.from(document.querySelectorAll("body *"))
     .filter(e => e.getBoundingClientRect().right > window.innerWidth).slice(0, 8)
     .map(e => e.tagName + "#" + e.id + "." + e.className + " " + Math.round(e.getBoundingClientRect().right))"""
+
+
+def buttons_right(page, selector: str) -> list[float]:
+    return page.locator(selector).evaluate_all("all => all.map(b => b.getBoundingClientRect().right)")
 
 
 def test_every_page_of_a_busy_project_fits_a_phone(page, artifacts, django_user_model) -> None:
@@ -64,6 +69,8 @@ def test_every_page_of_a_busy_project_fits_a_phone(page, artifacts, django_user_
 
     # A team's accounts made at once: their set-password links fit too.
     page.goto(f"{page.base_url}/projects/outages/settings/")
+    # Each member's row stacks: their buttons are on the screen, not past the right edge of the list's box.
+    assert 0 < max(buttons_right(page, "#members-table button")) <= 390
     page.get_by_label("Usernames").fill(" ".join(f"annotator{n:02d}" for n in range(20)))
     page.get_by_label("Create accounts for names that have none").check()
     page.get_by_role("button", name="Add or update members").click()
@@ -71,3 +78,4 @@ def test_every_page_of_a_busy_project_fits_a_phone(page, artifacts, django_user_
     page.screenshot(path=str(artifacts / "links.png"), full_page=True)
     assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0, page.evaluate(
         WIDER_THAN_THE_SCREEN)
+    assert 0 < max(buttons_right(page, "#member-links button")) <= 390  # each link's Copy
