@@ -127,7 +127,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Link:
     """A user's set-password link, and what became of mailing it: `emailed_to` the address it went to, or
-    `not_sent` why it did not (empty when the site sends no email or the account has no address)."""
+    `not_sent` why it did not (no address, refused, the server unusable); both empty when the site sends no email."""
 
     name: str
     url: str
