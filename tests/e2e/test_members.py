@@ -1,5 +1,6 @@
 """A project with many members in a real browser: the add form comes first, the list scrolls in its own box and
-`/` finds a member, so removing one and reaching what follows the list never means scrolling past them all."""
+`/` finds a member, so removing one and reaching what follows the list never means scrolling past them all; a
+new reviewer's account and password; a forgotten password reset by email."""
 
 from __future__ import annotations
 
@@ -113,3 +114,33 @@ def test_a_site_admin_creates_a_reviewers_account_and_the_reviewer_sets_a_passwo
         theirs.wait_for_url(f"{page.base_url}/")
     finally:
         newcomer.close()
+
+
+def test_a_reviewer_who_forgot_their_password_gets_a_link_by_email(page, artifacts, settings,
+                                                                    django_user_model) -> None:
+    import re
+
+    from django.core import mail
+
+    settings.TC_EMAIL = True  # messages stay in mail.outbox: the live server runs in this process
+    django_user_model.objects.create_user("rita", email="rita@example.com", password="forgotten-long-ago")
+
+    page.goto(f"{page.base_url}/accounts/login/")
+    page.get_by_role("link", name="Forgot your password?").click()
+    page.get_by_label("Username or email address").fill("rita@example.com")
+    page.screenshot(path=artifacts / "0-forgotten.png", full_page=True)
+    page.get_by_role("button", name="Email me a link").click()
+    page.locator("#forgotten-sent").wait_for()
+    page.screenshot(path=artifacts / "1-on-its-way.png", full_page=True)
+
+    [message] = mail.outbox
+    assert message.to == ["rita@example.com"]
+    [link] = re.findall(r"http://\S+/accounts/reset/\S+", message.body)
+    page.goto(link)
+    page.get_by_role("heading", name="Set your password").wait_for()
+    page.locator("#id_new_password1").fill("ritas-new-passphrase")
+    page.locator("#id_new_password2").fill("ritas-new-passphrase")
+    page.get_by_role("button", name="Set password").click()
+    page.get_by_role("heading", name="Password set").wait_for()
+    sign_in(page, "rita", "ritas-new-passphrase")
+    assert page.url == f"{page.base_url}/"
