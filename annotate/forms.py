@@ -240,10 +240,28 @@ class ForgottenForm(forms.Form):
 
 
 class EmailForm(forms.Form):
-    """The address a user's set-password links are mailed to; empty removes it."""
+    """The address a user's set-password links are mailed to; empty removes it.
 
-    email = forms.EmailField(label="Email address", required=False, max_length=254,
-                             widget=forms.EmailInput(attrs={"autocomplete": "email"}))
+    The current password is asked for, as for a new password: an address decides where a password can be reset,
+    so a browser someone left signed in must not be enough to take the account over.
+    """
+
+    email = forms.EmailField(
+        label="Email address", required=False, max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email"}),
+        help_text="Where a set-password link is mailed: one you ask for on the sign-in page if you forget your "
+                  "password, or one an admin makes for you. Empty, links come only from an admin.")
+    password = forms.CharField(label="Your password", strip=False,
+                               widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}))
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.user = user
+
+    def clean_password(self):
+        password = self.cleaned_data["password"]
+        if not self.user.check_password(password):
+            raise ValidationError("That is not your password; the address is unchanged.")
+        return password
 
 
 class ProjectDeleteForm(forms.Form):

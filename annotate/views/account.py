@@ -24,7 +24,7 @@ def _context(request: HttpRequest, **forms) -> dict:
     browser = request.COOKIES.get(TIME_ZONE_COOKIE, "")
     forms.setdefault("form", PasswordChangeForm(request.user))
     forms.setdefault("zone_form", TimeZoneForm(initial={"time_zone": account_zone(request.user)}))
-    forms.setdefault("email_form", EmailForm(initial={"email": request.user.email}))
+    forms.setdefault("email_form", EmailForm(user=request.user, initial={"email": request.user.email}))
     return {**forms, "browser_zone": browser if browser_zone(browser) else "", "sends_email": settings.TC_EMAIL}
 
 
@@ -62,7 +62,7 @@ def time_zone(request: HttpRequest) -> HttpResponse:
 @login_required
 def email(request: HttpRequest) -> HttpResponse:
     """Keep the address a set-password link is mailed to (a forgotten password, an admin's new link), or remove it."""
-    form = EmailForm(request.POST)
+    form = EmailForm(request.POST, user=request.user)
     if not form.is_valid():
         return render(request, TEMPLATE, _context(request, email_form=form), status=400)
     address = form.cleaned_data["email"]

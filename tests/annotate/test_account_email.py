@@ -209,15 +209,24 @@ def test_everyone_keeps_their_address_on_the_account_page(client, reviewer, send
     page = client.get(reverse("password_change"))
     assert "Email address" in text(page) and 'id="email-form"' in page.content.decode()
 
-    bad = client.post(reverse("account_email"), {"email": "rita at example"})
+    bad = client.post(reverse("account_email"), {"email": "rita at example", "password": "a-long-password"})
     assert bad.status_code == 400 and "Enter a valid email address." in text(bad)
-    saved = client.post(reverse("account_email"), {"email": "rita@example.com"}, follow=True)
+    # Where a password can be reset is the account's owner's to say: their password is asked for.
+    for wrong in ({"email": "mallory@example.com"}, {"email": "mallory@example.com", "password": "guess"}):
+        refused = client.post(reverse("account_email"), wrong)
+        assert refused.status_code == 400
+        assert ("This field is required." if "password" not in wrong
+                else "That is not your password; the address is unchanged.") in text(refused)
+    reviewer.refresh_from_db()
+    assert reviewer.email == ""
+    saved = client.post(reverse("account_email"), {"email": "rita@example.com", "password": "a-long-password"},
+                        follow=True)
     assert "Set-password links for you now go to rita@example.com." in text(saved)
     reviewer.refresh_from_db()
     assert reviewer.email == "rita@example.com"
     assert 'value="rita@example.com"' in client.get(reverse("password_change")).content.decode()
 
-    removed = client.post(reverse("account_email"), {"email": ""}, follow=True)
+    removed = client.post(reverse("account_email"), {"email": "", "password": "a-long-password"}, follow=True)
     assert "Your account has no email address now" in text(removed)
     reviewer.refresh_from_db()
     assert reviewer.email == ""
