@@ -114,3 +114,44 @@ def make_ready_items(project: Project, confidences: list[float | None]) -> list[
         item.save(update_fields=["prediction"])
         items.append(item)
     return items
+
+
+# -- accounts (test_accounts.py, test_account_email.py) -------------------------------------------------------------
+NEW_PASSWORD = "a-long-new-passphrase"
+
+
+@pytest.fixture
+def site_admin(project_admin):
+    """The project's admin, who may also create and change users on the site (Django's auth permissions)."""
+    from django.contrib.auth.models import Permission
+
+    project_admin.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="auth", codename__in=["add_user", "change_user"]))
+    return type(project_admin).objects.get(pk=project_admin.pk)  # permissions are cached per instance
+
+
+@pytest.fixture
+def fresh_cache():
+    """An empty cache, emptied again after: sign-in failures and mailed resets counted in one test must not hold
+    back a later test's "rita"."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield cache
+    cache.clear()
+
+
+def links_in(page: str) -> list[str]:
+    """The set-password links on an admin's links page."""
+    import re
+
+    return re.findall(r'value="(http://testserver/accounts/reset/[^"]+)"', page)
+
+
+def set_password(client, link: str, password: str = NEW_PASSWORD):
+    """Follow a set-password link like a browser: Django moves the token into the session, then the form."""
+    form = client.get(link.removeprefix("http://testserver"), follow=True)
+    assert form.status_code == 200
+    assert "Set your password" in form.content.decode()
+    return client.post(form.redirect_chain[-1][0], {"new_password1": password, "new_password2": password},
+                       follow=True)

@@ -9,15 +9,14 @@ import re
 import smtplib
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.core import mail
 from django.core.mail.backends.locmem import EmailBackend
 from django.test import Client
 from django.urls import reverse
 
 from annotate import accounts
-
-PASSWORD = "a-long-new-passphrase"
+from tests.annotate.conftest import NEW_PASSWORD as PASSWORD
+from tests.annotate.conftest import links_in, set_password
 
 
 @pytest.fixture
@@ -26,37 +25,9 @@ def sends_email(settings):
     settings.DEFAULT_FROM_EMAIL = "Annotate <annotate@example.com>"
 
 
-@pytest.fixture
-def site_admin(project_admin):
-    project_admin.user_permissions.add(*Permission.objects.filter(
-        content_type__app_label="auth", codename__in=["add_user", "change_user"]))
-    return type(project_admin).objects.get(pk=project_admin.pk)
-
-
-@pytest.fixture
-def fresh_cache():
-    from django.core.cache import cache
-
-    cache.clear()
-    yield cache
-    cache.clear()  # a request counted here must not hold back a later test's email
-
-
-def page_links(page: str) -> list[str]:
-    return re.findall(r'value="(http://testserver/accounts/reset/[^"]+)"', page)
-
-
 def mailed_link(message) -> str:
     [link] = re.findall(r"http://testserver/accounts/reset/\S+", message.body)
     return link
-
-
-def set_password(link: str, password: str = PASSWORD):
-    client = Client()
-    form = client.get(link.removeprefix("http://testserver"), follow=True)
-    assert "Set your password" in form.content.decode()
-    return client.post(form.redirect_chain[-1][0], {"new_password1": password, "new_password2": password},
-                       follow=True)
 
 
 def text(response) -> str:
@@ -78,12 +49,12 @@ def test_new_accounts_named_by_address_get_their_link_by_email(client, project, 
     assert message.to == ["carol@example.com"] and message.from_email == "Annotate <annotate@example.com>"
     assert message.subject == "Your set-password link for tensorcode annotate"
     assert "Your username is carol@example.com." in message.body and "for 7 days" in message.body
-    assert mailed_link(message) == page_links(created.content.decode())[0]  # the page keeps it too
+    assert mailed_link(message) == links_in(created.content.decode())[0]  # the page keeps it too
     carol = django_user_model.objects.get(username="carol@example.com")
     assert carol.email == "carol@example.com"
     assert django_user_model.objects.get(username="dan").email == ""
 
-    assert "Password set" in text(set_password(mailed_link(message)))
+    assert "Password set" in text(set_password(Client(), mailed_link(message)))
     assert Client().login(username="carol@example.com", password=PASSWORD)
 
 
@@ -98,7 +69,7 @@ def test_a_new_link_for_a_member_with_an_address_is_mailed(client, project, site
     assert "The link was emailed." in text(issued) and "sent to rita@example.com" in text(issued)
     [message] = mail.outbox
     assert message.to == ["rita@example.com"] and "Hello rita," in message.body
-    set_password(mailed_link(message))
+    set_password(Client(), mailed_link(message))
     assert Client().login(username="rita", password=PASSWORD)
 
 
@@ -111,7 +82,7 @@ def test_without_email_nothing_is_sent_and_the_page_says_nothing_of_it(client, p
     client.force_login(site_admin)
     issued = client.post(reverse("member_link", args=[project.slug, project.memberships.get(user=reviewer).pk]))
 
-    assert issued.status_code == 200 and len(page_links(issued.content.decode())) == 1
+    assert issued.status_code == 200 and len(links_in(issued.content.decode())) == 1
     assert "emailed" not in text(issued) and "<th scope=\"col\">Email</th>" not in issued.content.decode()
     assert mail.outbox == []
 
@@ -137,7 +108,7 @@ def test_a_refused_address_still_lets_the_others_go_and_keeps_every_link(client,
     assert "not sent: the mail server refused the address" in text(created)
     assert "sent to ok@example.com" in text(created) and "1 of 2 links were emailed" in text(created)
     assert [m.to for m in mail.outbox] == [["ok@example.com"]]
-    assert len(page_links(created.content.decode())) == 2
+    assert len(links_in(created.content.decode())) == 2
 
 
 @pytest.mark.django_db
@@ -153,8 +124,8 @@ def test_a_mail_server_that_cannot_be_reached_is_tried_once_and_the_links_stay_o
     assert created.status_code == 200
     assert "No link was emailed; send them yourself." in text(created)
     assert text(created).count("not sent: the mail server could not be used (ConnectionRefusedError)") == 2
-    [link, _] = page_links(created.content.decode())
-    assert "Password set" in text(set_password(link))
+    [link, _] = links_in(created.content.decode())
+    assert "Password set" in text(set_password(Client(), link))
 
 
 @pytest.mark.django_db
@@ -170,7 +141,7 @@ def test_a_forgotten_password_is_reset_by_email_by_name_or_address(client, revie
     assert sent.status_code == 200 and "a link to set a new password is on its way" in text(sent)
     [message] = mail.outbox
     assert message.to == ["Rita@Example.com"]
-    set_password(mailed_link(message))
+    set_password(Client(), mailed_link(message))
     assert Client().login(username="rita", password=PASSWORD)
 
     mail.outbox.clear()

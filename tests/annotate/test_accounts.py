@@ -4,38 +4,14 @@ mails links, tests/annotate/test_account_email.py)."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from django.contrib.auth.models import Permission
 from django.core import mail
 from django.test import Client
 from django.urls import reverse
 
 from annotate.models import Membership, Role
-
-PASSWORD = "a-long-new-passphrase"
-
-
-@pytest.fixture
-def site_admin(project_admin):
-    """The project's admin, who may also create and change users on the site (Django's auth permissions)."""
-    project_admin.user_permissions.add(*Permission.objects.filter(
-        content_type__app_label="auth", codename__in=["add_user", "change_user"]))
-    return type(project_admin).objects.get(pk=project_admin.pk)  # permissions are cached per instance
-
-
-def links_in(page: str) -> list[str]:
-    return re.findall(r'value="(http://testserver/accounts/reset/[^"]+)"', page)
-
-
-def set_password(client, link: str, password: str = PASSWORD):
-    """Follow a set-password link like a browser: Django moves the token into the session, then the form."""
-    form = client.get(link.removeprefix("http://testserver"), follow=True)
-    assert form.status_code == 200
-    assert "Set your password" in form.content.decode()
-    return client.post(form.redirect_chain[-1][0], {"new_password1": password, "new_password2": password},
-                       follow=True)
+from tests.annotate.conftest import NEW_PASSWORD as PASSWORD
+from tests.annotate.conftest import links_in, set_password
 
 
 @pytest.mark.django_db
@@ -241,15 +217,6 @@ def test_a_session_signed_in_before_the_sites_own_backend_stays_signed_in(client
     page = client.get(reverse("home"))
     assert page.status_code == 200 and "Your projects" in page.content.decode()
     assert client.session[BACKEND_SESSION_KEY] == "annotate.backends.ModelBackend"
-
-
-@pytest.fixture
-def fresh_cache():
-    from django.core.cache import cache
-
-    cache.clear()
-    yield
-    cache.clear()  # the failures counted here must not lock a later test's "rita" out
 
 
 def sign_in_as(client, password: str, username: str = "rita", address: str = "203.0.113.7", url=None):
