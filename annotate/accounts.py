@@ -15,7 +15,7 @@ import logging
 import math
 import smtplib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -120,6 +120,11 @@ def set_password_link(request, user) -> str:
     return request.build_absolute_uri(path)
 
 
+def link_days() -> float:
+    """How many days a set-password link works (`TC_PASSWORD_LINK_DAYS`), as pages and messages say it."""
+    return round(settings.PASSWORD_RESET_TIMEOUT / 86400, 1)
+
+
 # -- links by email --------------------------------------------------------------------------------------------
 log = logging.getLogger(__name__)
 
@@ -142,27 +147,23 @@ def links(request, users: list) -> list[Link]:
     a server that cannot be reached is tried once, not once per user. Nothing is lost when a message is not
     sent: the link is on the admin's page either way.
     """
-    made = [(user, set_password_link(request, user)) for user in users]
+    made = [Link(user.get_username(), set_password_link(request, user)) for user in users]
     if not settings.TC_EMAIL:
-        return [Link(user.get_username(), url) for user, url in made]
+        return made
     result, connection, down = [], None, ""
-    for user, url in made:
-        name = user.get_username()
-        if not user.email:
-            result.append(Link(name, url, not_sent="no email address"))
-            continue
-        if not down:
+    for user, link in zip(users, made, strict=True):
+        why = down if user.email else "no email address"
+        if not why:
             try:
                 connection = connection or _open_mail()
-                connection.send_messages([_link_message(request, user, url, connection)])
+                connection.send_messages([_link_message(request, user, link.url, connection)])
             except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as refused:
-                log.warning("mail server refused the set-password link for %s: %s", name, refused)
-                result.append(Link(name, url, not_sent="the mail server refused the address"))
-                continue
+                log.warning("mail server refused the set-password link for %s: %s", link.name, refused)
+                why = "the mail server refused the address"
             except (OSError, smtplib.SMTPException) as error:  # unreachable, timed out, rejected our login
                 log.warning("could not send set-password links: %s", error)
-                down = f"the mail server could not be used ({type(error).__name__})"
-        result.append(Link(name, url, not_sent=down) if down else Link(name, url, emailed_to=user.email))
+                why = down = f"the mail server could not be used ({type(error).__name__})"
+        result.append(replace(link, not_sent=why) if why else replace(link, emailed_to=user.email))
     if connection is not None:
         with contextlib.suppress(OSError, smtplib.SMTPException):  # every message is through or accounted for
             connection.close()
@@ -176,8 +177,7 @@ def _open_mail():
 
 
 def _link_message(request, user, url: str, connection) -> mail.EmailMessage:
-    context = {"name": user.get_username(), "url": url, "site": request.get_host(),
-               "days": round(settings.PASSWORD_RESET_TIMEOUT / 86400, 1)}
+    context = {"name": user.get_username(), "url": url, "site": request.get_host(), "days": link_days()}
     body = render_to_string("registration/set_password_email.txt", context)
     return mail.EmailMessage("Your set-password link for tensorcode annotate", body, to=[user.email],
                              connection=connection)

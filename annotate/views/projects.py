@@ -156,7 +156,7 @@ def _links_page(request: HttpRequest, project, users: list, *, new: bool) -> Htt
     response = render(request, "annotate/member_links.html", {
         "project": project, "links": links, "new": new, "sends_email": settings.TC_EMAIL,
         "emailed": sum(1 for link in links if link.emailed_to),
-        "days": round(settings.PASSWORD_RESET_TIMEOUT / 86400, 1)})
+        "days": accounts.link_days()})
     add_never_cache_headers(response)
     return response
 
