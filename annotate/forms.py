@@ -358,6 +358,50 @@ class SkipForm(forms.Form):
     reason = forms.CharField(max_length=500, strip=True, error_messages={"required": "Give a reason to skip."})
 
 
+TYPED_FORMS = ("answer", "skip")  # the item's forms whose unsent typing the server keeps (with the claim)
+TYPED_MAX_CHARS = 256 * 1024
+TYPED_MAX_FIELDS = 1000
+
+
+class TypedForm(forms.Form):
+    """What a reviewer typed into an item's forms and has not sent, as `static/drafts.js` sends it: a JSON object
+    `{"answer": [field, ...], "skip": [...]}`, each field `{"index": n, "name": "...", "value": "..."}` or, for a
+    box or a radio button, `{"index": n, "name": "...", "checked": true}`. Kept as sent, so it is checked here
+    for shape and size only: the answer itself is validated when it is submitted."""
+
+    typed = forms.CharField(strip=False, max_length=TYPED_MAX_CHARS, error_messages={
+        "max_length": f"What you typed is too large to keep on the server (over {TYPED_MAX_CHARS // 1024} KiB); "
+                      "this browser still keeps it."})
+
+    def clean_typed(self) -> dict:
+        try:
+            typed = json.loads(self.cleaned_data["typed"])
+        except ValueError as exc:
+            raise ValidationError(f"typed: not JSON ({exc})") from None
+        if not isinstance(typed, dict):
+            raise ValidationError("typed: a JSON object of forms, such as {\"answer\": [...]}")
+        unknown = sorted(set(typed) - set(TYPED_FORMS))
+        if unknown:
+            raise ValidationError(f"typed: unknown form {unknown[0]!r}; the forms kept are {', '.join(TYPED_FORMS)}")
+        for form, fields in typed.items():
+            if not isinstance(fields, list) or len(fields) > TYPED_MAX_FIELDS:
+                raise ValidationError(f"typed.{form}: a list of at most {TYPED_MAX_FIELDS} fields")
+            for k, field in enumerate(fields):
+                if not _typed_field(field):
+                    raise ValidationError(f"typed.{form}[{k}]: a field is {{\"index\": n, \"name\": \"...\"}} with "
+                                          "a text \"value\" or a true/false \"checked\"")
+        return typed
+
+
+def _typed_field(field) -> bool:
+    if not isinstance(field, dict) or set(field) not in ({"index", "name", "value"}, {"index", "name", "checked"}):
+        return False
+    index, name = field["index"], field["name"]
+    if type(index) is not int or index < 0 or not isinstance(name, str) or not name:
+        return False
+    return isinstance(field["value"], str) if "value" in field else isinstance(field["checked"], bool)
+
+
 def parse_target(mode: str, data, inputs: Any, receipt: dict | None) -> Any:
     """The target a target editor's POST describes, in the spec's form; `ValidationError` says what is missing."""
     editor = display.editor_name(mode)

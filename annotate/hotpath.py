@@ -125,21 +125,23 @@ def _page_sql(connection):
     project_id = f"p.{q('id')}"
     sql = (
         f"SELECT {', '.join(columns)}, {_role(q)}, "
-        f"(SELECT MAX(c.{q('expires_at')}) FROM {_table(Claim, q)} c WHERE c.{q('item_id')} = i.{q('id')} "
-        f"AND c.{q('reviewer_id')} = %s AND c.{q('expires_at')} > %s), "
-        f"({_latest_final(q, 'item_id', project_id)}) "
+        f"({_latest_final(q, 'item_id', project_id)}), "
+        f"c.{q('expires_at')}, c.{q('typed')}, c.{q('typed_at')} "
         f"FROM {_table(Item, q)} i "
         f"INNER JOIN {_table(Project, q)} p ON p.{q('id')} = i.{q('project_id')} "
         f"LEFT JOIN {_table(ModelVersion, q)} cv ON cv.{q('id')} = p.{q('current_version_id')} "
         f"LEFT JOIN {_table(Prediction, q)} pr ON pr.{q('id')} = i.{q('prediction_id')} "
         f"LEFT JOIN {_table(ModelVersion, q)} pv ON pv.{q('id')} = pr.{q('model_version_id')} "
+        # One row at most: a reviewer has one claim on an item (claim_unique_reviewer).
+        f"LEFT JOIN {_table(Claim, q)} c ON c.{q('item_id')} = i.{q('id')} AND c.{q('reviewer_id')} = %s "
+        f"AND c.{q('expires_at')} > %s "
         f"LEFT JOIN {_table(Answer, q)} va ON va.{q('item_id')} = i.{q('id')} AND va.{q('reviewer_id')} = %s "
         f"WHERE i.{q('id')} = %s AND p.{q('slug')} = %s"
     )
     fields = [f for part in _PAGE_PARTS for f in part.fields]
     expressions = [f.get_col(f.model._meta.db_table) for f in fields]
-    expressions += [Membership._meta.get_field("role").get_col("m"), Claim._meta.get_field("expires_at").get_col("c"),
-                    Answer._meta.get_field("item").get_col("b")]
+    expressions += [Membership._meta.get_field("role").get_col("m"), Answer._meta.get_field("item").get_col("b")]
+    expressions += [Claim._meta.get_field(name).get_col("c") for name in ("expires_at", "typed", "typed_at")]
     return sql, expressions
 
 
@@ -148,7 +150,8 @@ _PAGE = _Query(_page_sql)
 
 def item_for_page(user, slug: str, pk: int, now) -> Item | None:
     """Item `pk` of project `slug` with its project (and current version), prediction (and its version, not the
-    trace), and four attributes for `user`: `viewer_role`, `viewer_claim_expires` (None without an active claim),
+    trace), and five attributes for `user`: `viewer_role`, `viewer_claim_expires` (None without an active claim),
+    `viewer_typed` (what they typed and did not send, from that claim: `(typed, typed_at)`, or None),
     `viewer_answer` (their answer to the item, None without one) and `viewer_latest_item_id` (the item of their
     latest final answer in the project, None before the first).
 
@@ -157,10 +160,11 @@ def item_for_page(user, slug: str, pk: int, now) -> Item | None:
         Item.objects.select_related("project", "project__current_version", "prediction", "prediction__model_version")
             .defer("prediction__trace").filter(pk=pk, project__slug=slug)
             .annotate(viewer_role=<user's membership role>, viewer_claim_expires=<user's active claim's expiry>,
+                      viewer_typed=<that claim's typed and typed_at>,
                       viewer_latest_item_id=<item of user's latest final answer in the project>)
         Answer.objects.filter(item=item, reviewer=user).first()
     """
-    rows = _PAGE.run([user.pk, user.pk, _datetime(now), user.pk, *_final_kinds(), user.pk, pk, slug])
+    rows = _PAGE.run([user.pk, user.pk, *_final_kinds(), user.pk, _datetime(now), user.pk, pk, slug])
     if not rows:
         return None
     row = rows[0]
@@ -171,7 +175,8 @@ def item_for_page(user, slug: str, pk: int, now) -> Item | None:
     item.project = project
     item.prediction = prediction
     item.viewer_answer = answer
-    item.viewer_role, item.viewer_claim_expires, item.viewer_latest_item_id = row[start : start + 3]
+    item.viewer_role, item.viewer_latest_item_id, item.viewer_claim_expires, typed, typed_at = row[start : start + 5]
+    item.viewer_typed = (typed, typed_at) if typed else None
     return item
 
 

@@ -347,6 +347,11 @@ class Claim(models.Model):
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="claims")
     expires_at = models.DateTimeField()
     created_at = models.DateTimeField(default=timezone.now)
+    # What the reviewer has typed into the item's forms and not sent, as their browser last sent it
+    # ({"answer": [fields], "skip": [fields]}, `forms.TypedForm`): their other browsers show it while the claim
+    # lasts. It goes with the claim, so an answer submitted or skipped takes it along.
+    typed = models.JSONField(null=True, blank=True)
+    typed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["item", "reviewer"], name="claim_unique_reviewer")]

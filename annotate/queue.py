@@ -238,6 +238,16 @@ class NotKept(Exception):
     """`keep` could not renew the lease; the message says why, in the reviewer's words."""
 
 
+def keep_typed(item: Item, user, typed: dict, *, now=None) -> bool:
+    """Keep what `user` typed into `item`'s forms and has not sent (`forms.TypedForm`) on their active claim, so
+    that their other browsers show it; False, and nothing kept, without an active claim. It goes with the claim:
+    an answer submitted or skipped takes it along, and an ended lease hides it until the item is theirs again."""
+    _require_member(item.project, user)
+    now = now or timezone.now()
+    return Claim.objects.filter(item=item, reviewer=user, expires_at__gt=now).update(
+        typed=typed or None, typed_at=now) > 0
+
+
 def keep(item: Item, user, *, now=None) -> datetime:
     """Renew `user`'s lease on `item`, which the queue gave them: a full lease from `now`; its new end.
 

@@ -54,6 +54,7 @@ urlpatterns = [
     path(project + "items/<int:pk>/skip/", review.item_skip, name="item_skip"),
     path(project + "items/<int:pk>/keep/", review.item_keep, name="item_keep"),
     path(project + "items/<int:pk>/inputs/", review.item_fix_inputs, name="item_fix_inputs"),
+    path(project + "items/<int:pk>/typed/", review.item_typed, name="item_typed"),
     path(project + "agreement/", agreement.agreement_page, name="agreement_page"),
     path(project + "disagreements/", agreement.disagreement_list, name="disagreement_list"),
     path(project + "disagreements/distribution/", agreement.adjudicate_all_distribution,

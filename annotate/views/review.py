@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from annotate import imports, queue
-from annotate.forms import SkipForm, parse_target
+from annotate.forms import TYPED_MAX_CHARS, SkipForm, TypedForm, parse_target
 from annotate.models import FINAL_KINDS, FINISHED_STATUSES, Answer, Claim, Item, ItemStatus, Prediction, Project
 from annotate.views import access, display
 
@@ -131,6 +131,25 @@ def item_keep(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     context = {"project": project, "item": item, "claim_expires_at": expires, "lease_lost": reason,
                "lease_seconds_left": project.lease_seconds}
     return render(request, "annotate/_lease.html", context, status=409 if reason else 200)
+
+
+@require_POST
+@login_required
+def item_typed(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Keep what the reviewer typed into the item's forms and has not sent (the page sends it as they type), so
+    their other browsers show it while their claim lasts. 204 when kept; 409 without an active claim (the
+    typing stays in this browser only); 400 or 413, saying why, for what is not the page's own shape."""
+    project = access.member_project(request, slug)
+    item = access.project_item(project, pk)
+    form = TypedForm(request.POST)
+    if not form.is_valid():
+        message = " ".join(form.errors.get("typed", ["typed: missing"]))
+        status = 413 if len(request.POST.get("typed", "")) > TYPED_MAX_CHARS else 400
+        return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+    if not queue.keep_typed(item, request.user, form.cleaned_data["typed"]):
+        return HttpResponse("You hold no active claim on this item: what you typed stays in this browser only.",
+                            status=409, content_type="text/plain; charset=utf-8")
+    return HttpResponse(status=204)
 
 
 @require_POST
@@ -290,8 +309,24 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         "all_answers": _all_answers(item) if is_admin else None,
         "fix_text": _fix_text(item, fix_text) if is_admin else None,
     }
+    if claim_expires is not None:  # what they type is kept with the claim, for their other browsers
+        context["typed_url"] = reverse("item_typed", args=[project.slug, item.pk])
+        context["server_typed"] = _server_typed(getattr(item, "viewer_typed", None), answer, now)
     template = "annotate/_item.html" if request.htmx else "annotate/item.html"
     return render(request, template, context, status=status)
+
+
+def _server_typed(viewer_typed: tuple | None, answer: Answer | None, now) -> dict[str, str]:
+    """Each form's kept typing for `static/drafts.js`: its fields and its age in milliseconds (the browser dates
+    it on its own clock, to compare with what it kept itself). Typing older than the viewer's answer is left out:
+    the answer came after it."""
+    if viewer_typed is None:
+        return {}
+    typed, typed_at = viewer_typed
+    if answer is not None and answer.updated_at > typed_at:
+        return {}
+    age = max(0, round((now - typed_at).total_seconds() * 1000))
+    return {form: json.dumps({"age": age, "fields": fields}) for form, fields in typed.items()}
 
 
 def _fix_text(item: Item, typed: str | None) -> str | None:

@@ -174,7 +174,7 @@ def test_the_latest_answer_is_one_probe_of_its_index(project, reviewer, second_r
     (sql, _, _), = (v for k, v in hotpath._PAGE.cache.items() if k[0] == "postgresql")
     parts = sql.split("%s")
     numbered = "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], start=1)) + parts[-1]
-    values = [reviewer.pk, reviewer.pk, timezone.now(), reviewer.pk, *map(str, FINAL_KINDS), reviewer.pk, item.pk,
+    values = [reviewer.pk, reviewer.pk, *map(str, FINAL_KINDS), reviewer.pk, timezone.now(), reviewer.pk, item.pk,
               project.slug]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
