@@ -8,12 +8,20 @@
  * after that form's request, because then the server kept it (submitted, skipped, kept as a draft); an answer
  * refused in place keeps it. Entries older than a week are dropped, and signing out drops them all. Without
  * localStorage or JavaScript the page works as it did: only this safety net is missing.
+ *
+ * A form that also has data-draft-save="<url>" (the answer editor and the skip box, while the reviewer holds the
+ * item's claim) sends its fields there too, a moment after typing stops and when the page is hidden, so that the
+ * reviewer's other browsers have them: the server keeps them with the claim and renders them back in
+ * data-draft-server (with their age, dated here on this browser's clock). Of the two copies the newer one is
+ * restored.
  */
 (function () {
   "use strict";
 
   var PREFIX = "tc-draft:";
   var MAX_AGE_MS = 7 * 24 * 3600 * 1000;
+  var SEND_AFTER_MS = 1500;  // quiet time after the last change before the server is sent the typing
+  var KEEPALIVE_MAX = 60000;  // bytes a request that outlives its page may carry (browsers cap it at 64 KiB)
 
   function storage() {
     try {
@@ -64,6 +72,68 @@
     }
   }
 
+  // -- the server's copy -----------------------------------------------------------------------------------------
+  var unsent = null;  // {url, timer}: typing not yet sent to the server
+
+  function formName(form) {
+    var key = form.dataset.draft;
+    return key.slice(key.lastIndexOf(":") + 1);
+  }
+
+  function csrfToken() {
+    try {
+      return JSON.parse(document.body.getAttribute("hx-headers"))["X-CSRFToken"] || "";
+    } catch (e) {
+      return "";
+    }
+  }
+
+  // Every form of that item that the server keeps, in one request: the server stores what it is sent as it is.
+  function send(url) {
+    var typed = {};
+    document.querySelectorAll("form[data-draft-save]").forEach(function (form) {
+      if (form.dataset.draftSave === url) typed[formName(form)] = fieldsOf(form);
+    });
+    var body = new URLSearchParams({ typed: JSON.stringify(typed) });
+    var options = { method: "POST", body: body, credentials: "same-origin", headers: { "X-CSRFToken": csrfToken() } };
+    if (body.toString().length < KEEPALIVE_MAX) options.keepalive = true;  // outlives the page, if it goes
+    // Refused (the lease ended: 409) or unreachable: this browser's copy is still kept.
+    fetch(url, options).catch(function () {});
+  }
+
+  function sendLater(form) {
+    var url = form.dataset.draftSave;
+    if (!url) return;
+    if (unsent && unsent.url !== url) sendNow();  // another item's typing goes first
+    if (unsent) clearTimeout(unsent.timer);
+    unsent = { url: url, timer: setTimeout(sendNow, SEND_AFTER_MS) };
+  }
+
+  function sendNow() {
+    if (!unsent) return;
+    clearTimeout(unsent.timer);
+    var url = unsent.url;
+    unsent = null;
+    send(url);
+  }
+
+  function forgetUnsent(url) {
+    if (unsent && unsent.url === url) {
+      clearTimeout(unsent.timer);
+      unsent = null;
+    }
+  }
+
+  function serverCopy(form) {
+    if (!form.dataset.draftServer) return null;
+    try {
+      var kept = JSON.parse(form.dataset.draftServer);
+      return { at: Date.now() - (kept.age || 0), fields: kept.fields || [], server: true };
+    } catch (e) {
+      return null;
+    }
+  }
+
   function discard(form, note) {
     form.reset();  // back to what the server rendered
     Array.prototype.forEach.call(form.elements, function (el) {
@@ -71,14 +141,18 @@
     });
     var store = storage();
     if (store) store.removeItem(keyOf(form));  // after the events above, which save
+    delete form.dataset.draftServer;
+    sendLater(form);  // the server's copy is discarded too, at once: it is sent what the page shows now
+    sendNow();
     note.remove();
   }
 
-  function showNote(form) {
+  function showNote(form, elsewhere) {
     var note = document.createElement("p");
     note.className = "message message-info small draft-restored";
     note.setAttribute("role", "status");
-    note.textContent = "Restored what you typed here and had not sent yet. ";
+    note.textContent = elsewhere ? "Restored what you typed and had not sent yet, kept for you while the item is yours. "
+      : "Restored what you typed here and had not sent yet. ";
     var button = document.createElement("button");
     button.type = "button";
     button.className = "outline secondary compact";
@@ -93,14 +167,18 @@
     form.dataset.draftSeen = "1";
     var store = storage();
     var raw = store && store.getItem(keyOf(form));
-    if (!raw) return;
-    var kept;
-    try {
-      kept = JSON.parse(raw);
-    } catch (e) {
-      store.removeItem(keyOf(form));
-      return;
+    var local = null;
+    if (raw) {
+      try {
+        local = JSON.parse(raw);
+      } catch (e) {
+        store.removeItem(keyOf(form));
+      }
     }
+    var server = serverCopy(form);
+    if (server && local && JSON.stringify(server.fields) === JSON.stringify(local.fields)) server = null;
+    var kept = server && (!local || server.at > (local.at || 0)) ? server : local;
+    if (!kept) return;
     var restored = false;
     (kept.fields || []).forEach(function (entry) {
       var el = form.elements[entry.index];
@@ -118,8 +196,8 @@
       if (details) details.open = true;  // a restored split shows its shares
       restored = true;
     });
-    if (restored) showNote(form);
-    else store.removeItem(keyOf(form));  // nothing differs from what the server has
+    if (restored) showNote(form, kept.server);
+    else if (store) store.removeItem(keyOf(form));  // nothing differs from what the server has
   }
 
   function restoreAll() {
@@ -141,10 +219,26 @@
 
   function onEdit(event) {
     var form = event.target && event.target.form;
-    if (form && form.dataset.draft) save(form);
+    if (!form || !form.dataset.draft) return;
+    save(form);
+    sendLater(form);
   }
   document.addEventListener("input", onEdit);
   document.addEventListener("change", onEdit);
+
+  // A form on its way to the server takes its typing with it: nothing is sent for it afterwards (its claim ends).
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail.elt;
+    if (elt && elt.dataset && elt.dataset.draftSave) forgetUnsent(elt.dataset.draftSave);
+  });
+  document.addEventListener("submit", function (event) {
+    if (event.target.dataset && event.target.dataset.draftSave) forgetUnsent(event.target.dataset.draftSave);
+  });
+  // The page going away (another page, a closed tab, a phone's app switch) sends what is waiting.
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState === "hidden") sendNow();
+  });
+  window.addEventListener("pagehide", sendNow);
 
   document.addEventListener("htmx:afterSwap", function (event) {
     var elt = event.detail.requestConfig && event.detail.requestConfig.elt;

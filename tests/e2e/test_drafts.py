@@ -1,13 +1,14 @@
 """Nothing typed is lost before the server has it (static/drafts.js): the answer editor and the skip box keep what
 a reviewer typed in the browser across a reload or a visit elsewhere, until the server takes it or it is
-discarded; signing out leaves none of it behind."""
+discarded; signing out leaves none of it behind. While the item is theirs, the server keeps it too, for the
+reviewer's other browsers."""
 
 from __future__ import annotations
 
 import pytest
 from playwright.sync_api import expect
 
-from annotate.models import Answer, AnswerKind, Item
+from annotate.models import Answer, AnswerKind, Item, Membership
 from tests.e2e.conftest import PASSWORD, sign_in
 from tests.e2e.test_item_pages import sample_item
 
@@ -43,7 +44,8 @@ def test_typed_text_survives_a_reload_and_a_visit_elsewhere_until_it_is_submitte
     assert page.locator("#text-diff ins").inner_text() == ", up again"  # the diff follows the restored text
     page.screenshot(path=str(artifacts / "restored.png"), full_page=True)
 
-    page.get_by_role("button", name="Discard it").click()
+    with page.expect_response(lambda r: r.url.endswith(f"/items/{item.pk}/typed/")):  # the server's copy too
+        page.get_by_role("button", name="Discard it").click()
     expect(page.locator("#target-text")).to_have_value("yes it is")
     expect(page.locator(".draft-restored")).to_have_count(0)
     page.reload()
@@ -66,7 +68,8 @@ def test_typed_text_survives_a_reload_and_a_visit_elsewhere_until_it_is_submitte
     expect(page.locator(".draft-restored")).to_have_count(0)
 
 
-def test_a_chosen_candidate_and_a_skip_reason_come_back_and_signing_out_forgets_them(page, reviewer) -> None:
+def test_a_chosen_candidate_and_a_skip_reason_come_back_and_signing_out_leaves_none_in_the_browser(
+        page, reviewer, django_user_model) -> None:
     item, url = open_item(page, reviewer, "decision", "rank")
     page.keyboard.press("2")
     page.keyboard.press("s")
@@ -79,10 +82,22 @@ def test_a_chosen_candidate_and_a_skip_reason_come_back_and_signing_out_forgets_
 
     page.get_by_role("button", name="Sign out").click()
     assert page.evaluate(KEPT) == 0
+    # The next person at this computer sees nothing of it.
+    django_user_model.objects.create_user("sam", password=PASSWORD)
+    Membership.objects.create(project=item.project, user=django_user_model.objects.get(username="sam"))
+    sign_in(page, "sam")
+    page.goto(url)
+    expect(page.get_by_text("This item is not assigned to you")).to_be_visible()
+    assert "needs an expert" not in page.content()
+    expect(page.locator(".draft-restored")).to_have_count(0)
+    assert page.evaluate(KEPT) == 0
+    # The reviewer does, from the server, while the item is theirs.
+    page.get_by_role("button", name="Sign out").click()
     sign_in(page, "rita")
     page.goto(url)
-    expect(page.locator("input[name=choice]").nth(1)).not_to_be_checked()
-    expect(page.locator(".draft-restored")).to_have_count(0)
+    expect(page.locator("input[name=choice]").nth(1)).to_be_checked()
+    expect(page.locator("#skip-reason")).to_have_value("needs an expert")
+    expect(page.locator(".draft-restored").first).to_contain_text("kept for you while the item is yours")
 
 
 def test_an_answer_refused_in_place_is_still_kept_and_a_skip_forgets_the_typed_answer(page, reviewer) -> None:
@@ -103,3 +118,40 @@ def test_an_answer_refused_in_place_is_still_kept_and_a_skip_forgets_the_typed_a
     assert Answer.objects.get(item=item).kind == AnswerKind.SKIP
     assert page.evaluate(KEPT) == 0  # the skip took the item: the typed answer goes with it
     assert Item.objects.get(pk=item.pk).status == "skipped"
+
+
+def test_typing_in_one_browser_comes_back_in_another_and_a_discard_there_reaches_the_first(
+        browser, page, artifacts, reviewer) -> None:
+    item, url = open_item(page, reviewer, "chatbot", "reply")
+    typed = f"/projects/chatbot-reply/items/{item.pk}/typed/"
+    with page.expect_response(lambda r: r.url.endswith(typed) and r.request.method == "POST") as sent:
+        page.keyboard.press("t")
+        page.keyboard.press("End")
+        page.keyboard.type(", up again")  # sent a moment after the typing stops
+    assert sent.value.status == 204
+
+    other = browser.new_context(viewport={"width": 390, "height": 900})  # the reviewer's phone
+    try:
+        phone = other.new_page()
+        phone.base_url = page.base_url
+        sign_in(phone, "rita")
+        phone.goto(url)
+        expect(phone.locator("#target-text")).to_have_value("yes it is, up again")
+        expect(phone.locator(".draft-restored")).to_contain_text(
+            "Restored what you typed and had not sent yet, kept for you while the item is yours.")
+        assert phone.locator("#text-diff ins").inner_text() == ", up again"
+        phone.screenshot(path=str(artifacts / "restored-on-a-phone.png"), full_page=True)
+
+        with phone.expect_response(lambda r: r.url.endswith(typed)) as discarded:
+            phone.get_by_role("button", name="Discard it").click()
+        assert discarded.value.status == 204
+        expect(phone.locator("#target-text")).to_have_value("yes it is")
+    finally:
+        other.close()
+
+    # The first browser kept its own copy, older than the discard: the newer one wins, and nothing comes back.
+    assert page.evaluate(KEPT) == 1
+    page.reload()
+    expect(page.locator("#target-text")).to_have_value("yes it is")
+    expect(page.locator(".draft-restored")).to_have_count(0)
+    assert page.evaluate(KEPT) == 0
