@@ -231,6 +231,12 @@
     var elt = event.detail.elt;
     if (elt && elt.dataset && elt.dataset.draftSave) forgetUnsent(elt.dataset.draftSave);
   });
+  // Unless the server did not take it (refused in place, or not reached): the form is still on the page, and the
+  // server's copy catches up with what it holds.
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var elt = event.detail.elt;
+    if (elt && elt.dataset && elt.dataset.draftSave && elt.isConnected) sendLater(elt);
+  });
   document.addEventListener("submit", function (event) {
     if (event.target.dataset && event.target.dataset.draftSave) forgetUnsent(event.target.dataset.draftSave);
   });

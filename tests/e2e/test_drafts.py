@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from annotate.models import Answer, AnswerKind, Item, Membership
+from annotate.models import Answer, AnswerKind, Claim, Item, Membership
 from tests.e2e.conftest import PASSWORD, sign_in
 from tests.e2e.test_item_pages import sample_item
 
@@ -105,9 +105,13 @@ def test_an_answer_refused_in_place_is_still_kept_and_a_skip_forgets_the_typed_a
     page.locator("#share-0").evaluate("el => { el.closest('details').open = true; }")
     page.locator("input[name=split]").check()
     page.locator("#share-0").fill("0")  # no positive share: refused by the server, in the editor's error slot
-    page.locator("#target-form button[type=submit]").click()
-    expect(page.locator("#editor-error")).to_contain_text("Give at least one candidate a positive share.")
-    assert page.evaluate(KEPT) == 1  # the server refused it: still kept
+    with page.expect_response(lambda r: r.url.endswith(f"/items/{item.pk}/typed/")) as sent:
+        page.locator("#target-form button[type=submit]").click()
+        expect(page.locator("#editor-error")).to_contain_text("Give at least one candidate a positive share.")
+    assert page.evaluate(KEPT) == 1  # the server refused it: still kept, and sent to be kept with the claim
+    assert sent.value.status == 204
+    kept = {f["name"]: f.get("value", f.get("checked")) for f in Claim.objects.get(item=item).typed["answer"]}
+    assert (kept["split"], kept["share-0"]) == (True, "0")
 
     page.reload()
     expect(page.locator("input[name=split]")).to_be_checked()
