@@ -97,13 +97,19 @@
     var body = new URLSearchParams({ typed: JSON.stringify(typed) });
     var options = { method: "POST", body: body, credentials: "same-origin", headers: { "X-CSRFToken": csrfToken() } };
     if (body.toString().length < KEEPALIVE_MAX) options.keepalive = true;  // outlives the page, if it goes
-    // Refused (the lease ended: 409) or unreachable: this browser's copy is still kept.
-    fetch(url, options).catch(function () {});
+    // Refused or unreachable: this browser's copy is still kept. Refused because the lease ended (409), nothing
+    // more is sent from these forms until the page changes (the lease kept again, the item taken back).
+    fetch(url, options).then(function (response) {
+      if (response.status !== 409) return;
+      document.querySelectorAll("form[data-draft-save]").forEach(function (form) {
+        if (form.dataset.draftSave === url) form.setAttribute("data-draft-refused", "");
+      });
+    }).catch(function () {});
   }
 
   function sendLater(form) {
     var url = form.dataset.draftSave;
-    if (!url) return;
+    if (!url || form.hasAttribute("data-draft-refused")) return;
     if (unsent && unsent.url !== url) sendNow();  // another item's typing goes first
     if (unsent) clearTimeout(unsent.timer);
     unsent = { url: url, timer: setTimeout(sendNow, SEND_AFTER_MS) };
@@ -247,6 +253,9 @@
   window.addEventListener("pagehide", sendNow);
 
   document.addEventListener("htmx:afterSwap", function (event) {
+    document.querySelectorAll("form[data-draft-refused]").forEach(function (form) {
+      form.removeAttribute("data-draft-refused");
+    });
     var elt = event.detail.requestConfig && event.detail.requestConfig.elt;
     var target = event.detail.target;
     // The workspace is swapped only when the server took the form (a refused answer goes to the editor's error

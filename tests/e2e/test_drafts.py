@@ -5,7 +5,10 @@ reviewer's other browsers."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from annotate.models import Answer, AnswerKind, Claim, Item, Membership
@@ -159,3 +162,27 @@ def test_typing_in_one_browser_comes_back_in_another_and_a_discard_there_reaches
     expect(page.locator("#target-text")).to_have_value("yes it is")
     expect(page.locator(".draft-restored")).to_have_count(0)
     assert page.evaluate(KEPT) == 0
+
+
+def test_after_the_lease_ends_typing_stays_in_the_browser_until_the_item_is_kept_again(page, reviewer) -> None:
+    item, url = open_item(page, reviewer, "chatbot", "reply")
+    Claim.objects.filter(item=item).update(expires_at=timezone.now() - timedelta(seconds=1))
+    typed = f"/items/{item.pk}/typed/"
+    with page.expect_response(lambda r: r.url.endswith(typed)) as refused:
+        page.keyboard.press("t")
+        page.keyboard.press("End")
+        page.keyboard.type(", mostly")
+    assert refused.value.status == 409
+    expect(page.locator("#target-form")).to_have_attribute("data-draft-refused", "")  # nothing more is sent
+    assert page.evaluate(KEPT) == 1  # this browser still has it
+
+    page.keyboard.press("Escape")
+    with page.expect_response(lambda r: r.url.endswith(f"/items/{item.pk}/keep/")) as kept:
+        page.keyboard.press("k")  # the item is free: the lease is taken back
+    assert kept.value.status == 200
+    expect(page.locator("#target-form")).not_to_have_attribute("data-draft-refused", "")
+    with page.expect_response(lambda r: r.url.endswith(typed)) as sent:
+        page.locator("#target-text").press("End")
+        page.keyboard.type(" up")
+    assert sent.value.status == 204
+    assert Claim.objects.get(item=item).typed["answer"][0]["value"] == "yes it is, mostly up"
