@@ -148,8 +148,10 @@
     var store = storage();
     if (store) store.removeItem(keyOf(form));  // after the events above, which save
     delete form.dataset.draftServer;
-    sendLater(form);  // the server's copy is discarded too, at once: it is sent what the page shows now
-    sendNow();
+    if (form.dataset.draftSave) {  // the server's copy is discarded too, at once: it is sent what the page shows now
+      forgetUnsent(form.dataset.draftSave);
+      send(form.dataset.draftSave);
+    }
     note.remove();
   }
 

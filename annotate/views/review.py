@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from annotate import imports, queue
-from annotate.forms import TYPED_MAX_CHARS, SkipForm, TypedForm, parse_target
+from annotate.forms import SkipForm, TypedForm, parse_target
 from annotate.models import FINAL_KINDS, FINISHED_STATUSES, Answer, Claim, Item, ItemStatus, Prediction, Project
 from annotate.views import access, display
 
@@ -144,7 +144,7 @@ def item_typed(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     form = TypedForm(request.POST)
     if not form.is_valid():
         message = " ".join(form.errors.get("typed", ["typed: missing"]))
-        status = 413 if len(request.POST.get("typed", "")) > TYPED_MAX_CHARS else 400
+        status = 413 if form.has_error("typed", "max_length") else 400
         return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
     if not queue.keep_typed(item, request.user, form.cleaned_data["typed"]):
         return HttpResponse("You hold no active claim on this item: what you typed stays in this browser only.",
