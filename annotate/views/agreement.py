@@ -168,12 +168,14 @@ def _refused(request, project: Project, item: Item, message: str, status: int = 
 
 def _workspace(request, project: Project, item: Item, *, error: str = "", status: int = 200) -> HttpResponse:
     current = Adjudication.objects.filter(item=item).select_related("adjudicator", "chosen_answer__reviewer").first()
-    answers = list(Answer.objects.filter(item=item).select_related("reviewer").order_by("reviewer__username", "id"))
+    answers = list(Answer.objects.filter(item=item).select_related("reviewer").prefetch_related("revisions")
+                   .order_by("reviewer__username", "id"))
     finals = [a for a in answers if a.kind == AnswerKind.TARGET]
     cards = [
         {"answer": a, "reviewer": a.reviewer.get_username(), "key": str(n + 1) if n < 9 else "",
          "target": targets.describe(project.mode, item.inputs, a.target),
-         "chosen": current is not None and current.chosen_answer_id == a.pk}
+         "chosen": current is not None and current.chosen_answer_id == a.pk,
+         "history": display.answer_history(a.revisions.all())}
         for n, a in enumerate(finals)
     ]
     others = [a for a in answers if a.kind != AnswerKind.TARGET]

@@ -428,6 +428,18 @@ def compact(value: Any) -> str:
     return "" if value is None else _preview(value)
 
 
+def answer_history(revisions: list) -> list[dict]:
+    """An answer's states, oldest first, for admins to see how a reviewer got to it (`AnswerRevision`: every
+    submit, skip, kept draft and undo adds one). Empty when the answer never changed: its one state is shown."""
+    if len(revisions) < 2:
+        return []
+    return [
+        {"at": r.created_at, "kind": r.get_kind_display(), "what": compact(r.target) or r.skip_reason,
+         "note": r.note}
+        for r in revisions
+    ]
+
+
 def _values(values: Any) -> str:
     """Described values (`{"type": "tensor", "shape", "dtype"}` or `{"type", "preview"}`) as one short line."""
     if values is None:

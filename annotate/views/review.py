@@ -339,8 +339,9 @@ def _fix_text(item: Item, typed: str | None) -> str | None:
 def _all_answers(item: Item) -> list[dict]:
     return [
         {"reviewer": a.reviewer.get_username(), "kind": a.get_kind_display(), "target": display.compact(a.target),
-         "skip_reason": a.skip_reason, "updated_at": a.updated_at, "source": a.source}
-        for a in item.answers.select_related("reviewer").order_by("updated_at", "id")
+         "skip_reason": a.skip_reason, "updated_at": a.updated_at, "source": a.source,
+         "history": display.answer_history(a.revisions.all())}
+        for a in item.answers.select_related("reviewer").prefetch_related("revisions").order_by("updated_at", "id")
     ]
 
 

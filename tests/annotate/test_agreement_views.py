@@ -130,6 +130,22 @@ def test_adjudication_page_shows_each_target_side_by_side_with_pick_keys(client,
     assert 'name="choice"' in page  # the write-your-own editor is the reviewers' choice editor
 
 
+def test_adjudication_cards_show_how_a_reviewer_changed_their_target(client, project, project_admin, reviewer,
+                                                                     labelled) -> None:
+    """An adjudicator weighing rita's "dns" sees she first gave "db"; sam's unchanged target has no history."""
+    item = labelled[0]
+    queue.submit(item, reviewer, "dns")  # rita changes her mind (she had given "db")
+    client.force_login(project_admin)
+
+    page = client.get(reverse("adjudication_page", args=[project.slug, item.pk])).content.decode()
+
+    history = page.split('aria-label="rita\'s target"')[1].split("</article>")[0]
+    assert "Changed 1 time</summary>" in history
+    assert history.index("<code>db</code>") < history.index("<code>dns</code>")
+    assert "(now)" in history
+    assert page.count('class="answer-history') == 1  # sam's card has none
+
+
 def test_picking_an_answer_with_htmx_stores_it_and_answers_with_the_workspace(client, project, project_admin,
                                                                              second_reviewer, labelled) -> None:
     split, _ = labelled

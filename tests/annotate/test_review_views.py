@@ -407,6 +407,28 @@ def test_admin_sees_every_reviewers_answer_and_reviewer_only_their_own(client, p
 
 
 @pytest.mark.django_db
+def test_admin_sees_each_answers_earlier_states_and_why_they_changed(client, project, reviewer,
+                                                                    project_admin) -> None:
+    """Every submit, skip and kept draft is a revision; the Answers panel folds them under the answer."""
+    (item,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    queue.submit(item, reviewer, "dns")
+    queue.skip(item, reviewer, "not sure")
+    queue.submit(item, reviewer, "db")
+    client.force_login(project_admin)
+
+    page = client.get(reverse("item_detail", args=[project.slug, item.pk])).content.decode()
+
+    history = page.split('class="answer-history')[1].split("</details>")[0]
+    assert "Changed 2 times</summary>" in history
+    states = [history.index(s) for s in ("<code>dns</code>", "<code>not sure</code>", "<code>db</code>")]
+    assert states == sorted(states)
+    assert "Skipped" in history and "edited" in history and "(now)" in history
+    client.force_login(reviewer)
+    assert "answer-history" not in client.get(reverse("item_detail", args=[project.slug, item.pk])).content.decode()
+
+
+@pytest.mark.django_db
 def test_item_page_and_submit_use_a_bounded_number_of_queries(client, project, reviewer,
                                                              django_assert_max_num_queries) -> None:
     """The workspace's cost does not grow with the project: a fixed handful of indexed queries."""

@@ -184,3 +184,28 @@ def test_two_reviewers_disagree_and_the_admin_adjudicates_with_the_keyboard(team
         (int(first), "db", f"adjudication:outages/{first}/ada"),
     ])
     assert Answer.objects.filter(item_id=first, kind=AnswerKind.TARGET).count() == 2  # nothing of theirs is lost
+
+
+def test_the_admin_sees_how_a_reviewer_changed_their_answer(team, open_page, artifacts) -> None:
+    """rita answers "db", goes back and answers "dns"; on the item page ada unfolds both states, oldest first."""
+    project = team
+    rita = open_page("rita")
+    start_reviewing(rita, project)
+    first = item_on(rita)
+    label(rita, "1")
+    rita.keyboard.press("b")
+    rita.wait_for_selector(f"#workspace[data-item='{first}']")
+    rita.keyboard.press("2")
+    rita.keyboard.press("Enter")
+    rita.get_by_text("Your answer was updated; the earlier one is kept in its history.").wait_for()
+
+    admin = open_page("ada")
+    admin.goto(f"{admin.base_url}/projects/{project.slug}/items/{first}/")
+    history = admin.locator(".panel-answers details.answer-history")
+    expect(history.locator("ol")).not_to_be_visible()  # folded until asked for
+    history.get_by_text("Changed 1 time").click()
+    states = history.locator("li")
+    expect(states).to_have_count(2)
+    expect(states.nth(0)).to_contain_text("Target · db")
+    expect(states.nth(1)).to_contain_text("Target · dns · edited (now)")
+    admin.screenshot(path=str(artifacts / "answer-history.png"), full_page=True)
