@@ -429,8 +429,9 @@ def compact(value: Any) -> str:
 
 
 def answer_history(revisions: list) -> list[dict]:
-    """An answer's states, oldest first, for admins to see how a reviewer got to it (`AnswerRevision`: every
-    submit, skip, kept draft and undo adds one). Empty when the answer never changed: its one state is shown."""
+    """An answer's states, oldest first: how a reviewer got to it, for the project's admins and the reviewer
+    (`AnswerRevision`: every submit, skip, kept draft and undo adds one). Empty when the answer never changed:
+    its one state is on the page already."""
     if len(revisions) < 2:
         return []
     return [

@@ -424,8 +424,29 @@ def test_admin_sees_each_answers_earlier_states_and_why_they_changed(client, pro
     states = [history.index(s) for s in ("<code>dns</code>", "<code>not sure</code>", "<code>db</code>")]
     assert states == sorted(states)
     assert "Skipped" in history and "edited" in history and "(now)" in history
+    client.force_login(reviewer)  # rita sees her own answer's states under "Your answer"
+    own = client.get(reverse("item_detail", args=[project.slug, item.pk])).content.decode()
+    assert own.count('class="answer-history') == 1 and "Changed 2 times</summary>" in own
+    assert own.index('id="editor-title"') < own.index('class="answer-history')
+
+
+@pytest.mark.django_db
+def test_an_answer_given_once_has_no_history_and_costs_no_query_for_it(client, project, reviewer,
+                                                                       django_assert_max_num_queries) -> None:
+    (item,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    queue.submit(item, reviewer, "dns")
+    url = reverse("item_detail", args=[project.slug, item.pk])
     client.force_login(reviewer)
-    assert "answer-history" not in client.get(reverse("item_detail", args=[project.slug, item.pk])).content.decode()
+    client.get(url)
+    with django_assert_max_num_queries(20) as once:
+        page = client.get(url).content.decode()
+    queue.submit(item, reviewer, "db")
+    with django_assert_max_num_queries(20) as changed:
+        client.get(url)
+
+    assert "answer-history" not in page
+    assert len(changed.captured_queries) == len(once.captured_queries) + 1  # the revisions, read only now
 
 
 @pytest.mark.django_db
