@@ -110,7 +110,7 @@ def test_newcomer_walks_the_whole_loop(page, artifacts, eager_celery, redis_work
     press_and_wait_for_another(page, "Enter")
     page.keyboard.press("u")
     page.wait_for_function(f"document.getElementById('workspace').dataset.item === '{mistaken.pk}'")
-    page.get_by_text("Undone").wait_for()
+    page.locator("#item-notice").get_by_text("Undone:").wait_for()
     page.screenshot(path=str(artifacts / "04-undone.png"), full_page=True)
     assert Answer.objects.get(item=mistaken, reviewer=rita).kind == AnswerKind.DRAFT
     page.keyboard.press(right_key(mistaken))
