@@ -12,6 +12,7 @@ import html
 import json
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from django.utils.safestring import SafeString, mark_safe
@@ -428,10 +429,11 @@ def compact(value: Any) -> str:
     return "" if value is None else _preview(value)
 
 
-def answer_history(revisions: list) -> list[dict]:
+def answer_history(revisions: Iterable) -> list[dict]:
     """An answer's states, oldest first: how a reviewer got to it, for the project's admins and the reviewer
     (`AnswerRevision`: every submit, skip, kept draft and undo adds one). Empty when the answer never changed:
     its one state is on the page already."""
+    revisions = list(revisions)
     if len(revisions) < 2:
         return []
     return [

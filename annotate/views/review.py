@@ -308,7 +308,7 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         # Admins see everyone's work on the item (reviewers see only their own), and fix a refused item's inputs.
         "all_answers": _all_answers(item) if is_admin else None,
         # The viewer's own answer's earlier states; read only when it changed since it was first given.
-        "own_history": (display.answer_history(list(answer.revisions.all()))
+        "own_history": (display.answer_history(answer.revisions.all())
                         if answer is not None and answer.updated_at != answer.created_at else []),
         "fix_text": _fix_text(item, fix_text) if is_admin else None,
     }
