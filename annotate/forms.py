@@ -23,6 +23,7 @@ from django.utils import timezone
 from annotate import accounts, export, tooling
 from annotate.middleware import zone_names
 from annotate.models import ExportFormat, Project, Role
+from annotate.unsent import ADMIN_FORMS, CLAIM_FORMS
 from annotate.views import display
 
 
@@ -358,16 +359,17 @@ class SkipForm(forms.Form):
     reason = forms.CharField(max_length=500, strip=True, error_messages={"required": "Give a reason to skip."})
 
 
-TYPED_FORMS = ("answer", "skip")  # the item's forms whose unsent typing the server keeps (with the claim)
+TYPED_FORMS = CLAIM_FORMS + ADMIN_FORMS  # the item's forms whose unsent typing the server keeps (`annotate.unsent`)
 TYPED_MAX_CHARS = 256 * 1024
 TYPED_MAX_FIELDS = 1000
 
 
 class TypedForm(forms.Form):
-    """What a reviewer typed into an item's forms and has not sent, as `static/drafts.js` sends it: a JSON object
-    `{"answer": [field, ...], "skip": [...]}`, each field `{"index": n, "name": "...", "value": "..."}` or, for a
-    box or a radio button, `{"index": n, "name": "...", "checked": true}`. Kept as sent, so it is checked here
-    for shape and size only: the answer itself is validated when it is submitted."""
+    """What a user typed into an item's forms and has not sent, as `static/drafts.js` sends it: a JSON object
+    `{"answer": [field, ...], "skip": [...]}` (or an admin's `"adjudication"` or `"inputs"`), each field
+    `{"index": n, "name": "...", "value": "..."}` or, for a box or a radio button, `{"index": n, "name": "...",
+    "checked": true}`. Kept as sent, so it is checked here for shape and size only: the answer itself is
+    validated when it is submitted."""
 
     typed = forms.CharField(strip=False, max_length=TYPED_MAX_CHARS, error_messages={
         "max_length": f"What you typed is too large to keep on the server (over {TYPED_MAX_CHARS // 1024} KiB); "

@@ -365,6 +365,28 @@ class Claim(models.Model):
         return self.expires_at > timezone.now()
 
 
+class AdminTyping(models.Model):
+    """What a project admin typed into an item's admin form (the target they write when adjudicating, a refused
+    item's fixed inputs) and has not sent, as their browser last sent it (`forms.TypedForm`): their other
+    browsers show it. A reviewer's typing lives on their claim instead; an admin form has no claim, so this row
+    goes when the form is sent (`annotate.typing`) or the item is deleted."""
+
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    form = models.CharField(max_length=16)
+    fields = models.JSONField()
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["item", "user", "form"], name="admin_typing_unique")]
+        # On a project's delete page: "2 unsent admin forms".
+        verbose_name = "unsent admin form"
+        verbose_name_plural = "unsent admin forms"
+
+    def __str__(self) -> str:
+        return f"{self.user}'s unsent {self.form} on item {self.item_id}"
+
+
 class Prediction(models.Model):
     """A model version's receipt for an item, with the summary of the traced call that produced it."""
 

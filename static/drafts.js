@@ -10,10 +10,13 @@
  * localStorage or JavaScript the page works as it did: only this safety net is missing.
  *
  * A form that also has data-draft-save="<url>" (the answer editor and the skip box, while the reviewer holds the
- * item's claim) sends its fields there too, a moment after typing stops and when the page is hidden, so that the
- * reviewer's other browsers have them: the server keeps them with the claim and renders them back in
+ * item's claim; an admin's adjudication and fix of the inputs) sends its fields there too, a moment after typing
+ * stops and when the page is hidden, so that the user's other browsers have them: the server keeps them (with
+ * the claim, or for the admin until the form is sent; `annotate/unsent.py`) and renders them back in
  * data-draft-server (with their age, dated here on this browser's clock). Of the two copies the newer one is
- * restored.
+ * restored; the note says how long the server keeps it (data-draft-kept). data-draft-settled is how long ago the
+ * form's last send was stored (an answer, an adjudication): a copy typed here before that is dropped, as the
+ * work was done since, in another browser.
  */
 (function () {
   "use strict";
@@ -159,7 +162,8 @@
     var note = document.createElement("p");
     note.className = "message message-info small draft-restored";
     note.setAttribute("role", "status");
-    note.textContent = elsewhere ? "Restored what you typed and had not sent yet, kept for you while the item is yours. "
+    note.textContent = elsewhere
+      ? "Restored what you typed and had not sent yet, " + (form.dataset.draftKept || "kept for you while the item is yours") + ". "
       : "Restored what you typed here and had not sent yet. ";
     var button = document.createElement("button");
     button.type = "button";
@@ -182,6 +186,12 @@
       } catch (e) {
         store.removeItem(keyOf(form));
       }
+    }
+    // Typed here before the form's last send was stored (the work done since, in another browser): stale.
+    var settled = form.dataset.draftSettled ? Date.now() - Number(form.dataset.draftSettled) : 0;
+    if (local && (local.at || 0) < settled) {
+      store.removeItem(keyOf(form));
+      local = null;
     }
     var server = serverCopy(form);
     if (server && local && JSON.stringify(server.fields) === JSON.stringify(local.fields)) server = null;
@@ -235,9 +245,17 @@
   document.addEventListener("change", onEdit);
 
   // A form on its way to the server takes its typing with it: nothing is sent for it afterwards (its claim ends).
+  // So does one that settles the item without being kept itself (an adjudication's "Pick this"): what waits to be
+  // sent from the item's other forms would be kept again after it.
   document.addEventListener("htmx:beforeRequest", function (event) {
     var elt = event.detail.elt;
-    if (elt && elt.dataset && elt.dataset.draftSave) forgetUnsent(elt.dataset.draftSave);
+    if (!elt || !elt.dataset) return;
+    if (elt.dataset.draftSave) forgetUnsent(elt.dataset.draftSave);
+    else if (elt.hasAttribute("data-draft-settles") && elt.closest("#workspace")) {
+      elt.closest("#workspace").querySelectorAll("form[data-draft-save]").forEach(function (form) {
+        forgetUnsent(form.dataset.draftSave);
+      });
+    }
   });
   // Unless the server did not take it (refused in place, or not reached): the form is still on the page, and the
   // server's copy catches up with what it holds.

@@ -15,10 +15,11 @@ from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from annotate import adjudication, agreement
+from annotate import adjudication, agreement, unsent
 from annotate.forms import parse_target
 from annotate.models import Adjudication, Answer, AnswerKind, Item, Project
 from annotate.views import access, display, targets
@@ -149,6 +150,7 @@ def adjudicate(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         return _refused(request, project, item, f"The tool would not train on this target: {exc}")
     except ValueError as exc:  # NoDisagreement and requests that make no sense for this item
         return _refused(request, project, item, str(exc), status=409)
+    unsent.forget_for_admin(item, request.user, "adjudication")
     messages.success(request, result.message)
     if request.htmx:
         return _workspace(request, project, item)
@@ -207,6 +209,11 @@ def _workspace(request, project: Project, item: Item, *, error: str = "", status
         "error": error,
         "oob": bool(request.htmx),
     }
+    if context["can_adjudicate"]:  # what the admin writes is kept for their other browsers until they adjudicate
+        context["typed_url"] = reverse("item_typed", args=[project.slug, item.pk])
+        settled_at = current.updated_at if current else None
+        context["server_typed"] = unsent.admin_copy(item, request.user, "adjudication", after=settled_at)
+        context["draft_settled"] = unsent.settled_age(settled_at, timezone.now())
     template = "annotate/_adjudication.html" if request.htmx else "annotate/adjudication.html"
     return render(request, template, context, status=status)
 

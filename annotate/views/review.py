@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from annotate import imports, queue
+from annotate import imports, queue, unsent
 from annotate.forms import SkipForm, TypedForm, parse_target
 from annotate.models import FINAL_KINDS, FINISHED_STATUSES, Answer, Claim, Item, ItemStatus, Prediction, Project
 from annotate.views import access, display
@@ -146,7 +146,13 @@ def item_typed(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         message = " ".join(form.errors.get("typed", ["typed: missing"]))
         status = 413 if form.has_error("typed", "max_length") else 400
         return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
-    if not queue.keep_typed(item, request.user, form.cleaned_data["typed"]):
+    typed = form.cleaned_data["typed"]
+    for_admin = {name: fields for name, fields in typed.items() if name in unsent.ADMIN_FORMS}
+    if for_admin:  # an admin's forms: kept for them until sent (403 for a reviewer)
+        unsent.keep_for_admin(project, item, request.user, for_admin)
+        if len(for_admin) == len(typed):
+            return HttpResponse(status=204)
+    if not queue.keep_typed(item, request.user, {k: v for k, v in typed.items() if k not in for_admin}):
         return HttpResponse("You hold no active claim on this item: what you typed stays in this browser only.",
                             status=409, content_type="text/plain; charset=utf-8")
     return HttpResponse(status=204)
@@ -169,6 +175,7 @@ def item_fix_inputs(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         if request.htmx:
             return _invalid(request, project, item, message)
         return _workspace(request, project, item, error=message, status=400, fix_text=text)
+    unsent.forget_for_admin(item, request.user, "inputs")
     return _navigate(request, project, access.project_item(project, pk),
                      notice="Inputs saved: the model predicts this item again.")
 
@@ -311,10 +318,14 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         "own_history": (display.answer_history(answer.revisions.all())
                         if answer is not None and answer.updated_at != answer.created_at else []),
         "fix_text": _fix_text(item, fix_text) if is_admin else None,
+        "draft_settled": unsent.settled_age(answer.updated_at if answer is not None else None, now),
     }
     if claim_expires is not None:  # what they type is kept with the claim, for their other browsers
         context["typed_url"] = reverse("item_typed", args=[project.slug, item.pk])
         context["server_typed"] = _server_typed(getattr(item, "viewer_typed", None), answer, now)
+    elif context["fix_text"] is not None and fix_text is None:  # an admin's fix of the inputs, kept until saved
+        context["typed_url"] = reverse("item_typed", args=[project.slug, item.pk])
+        context["server_typed"] = unsent.admin_copy(item, user, "inputs", now=now)
     template = "annotate/_item.html" if request.htmx else "annotate/item.html"
     return render(request, template, context, status=status)
 
@@ -328,8 +339,7 @@ def _server_typed(viewer_typed: tuple | None, answer: Answer | None, now) -> dic
     typed, typed_at = viewer_typed
     if answer is not None and answer.updated_at > typed_at:
         return {}
-    age = max(0, round((now - typed_at).total_seconds() * 1000))
-    return {form: json.dumps({"age": age, "fields": fields}) for form, fields in typed.items()}
+    return unsent.server_copy(typed, typed_at, now)
 
 
 def _fix_text(item: Item, typed: str | None) -> str | None:

@@ -20,6 +20,7 @@ from annotate import deletion, storage
 from annotate.models import (
     Adjudication,
     AdjudicationRevision,
+    AdminTyping,
     Answer,
     AnswerRevision,
     ApiToken,
@@ -68,6 +69,7 @@ def _full_project(slug: str, reviewer, admin) -> Project:
         item.save(update_fields=["prediction"])
     item = project.items.order_by("pk").first()
     Claim.objects.create(item=item, reviewer=reviewer, expires_at=timezone.now() + timedelta(minutes=5))
+    AdminTyping.objects.create(item=item, user=admin, form="adjudication", fields=[])
     answers = [Answer.objects.create(item=item, reviewer=who, kind="target", target=choice, source="s")
                for who, choice in ((reviewer, "db"), (admin, "dns"))]
     for answer in answers:
@@ -611,8 +613,8 @@ def test_the_django_admin_deletes_selected_items_through_the_service(client, doo
     chosen = {"action": "delete_selected", "_selected_action": [first.pk, *others]}
 
     page = client.post(url, chosen).content.decode()
-    assert ("4 items, 4 predictions, 4 answers, 4 answer revisions, 2 claims, 2 adjudications, "
-            "2 adjudication revisions") in page
+    assert ("4 items, 4 predictions, 4 answers, 4 answer revisions, 2 claims, 2 unsent admin forms, "
+            "2 adjudications, 2 adjudication revisions") in page
     assert "decision_input" not in page and "Answer object" not in page  # no line per row
 
     job = TrainingJob.objects.create(project=kept, state=JobState.PENDING)

@@ -1,6 +1,7 @@
 """What a reviewer typed and has not sent, kept on the server with their claim (`review.item_typed`), so that
 their other browsers show it: stored as sent, shown only to them while the claim lasts, gone with the claim, and
-refused with a reason when it is not the page's own shape. The browser's side is `tests/e2e/test_drafts.py`."""
+refused with a reason when it is not the page's own shape. An admin's forms (adjudication, fixed inputs) are kept
+for that admin until sent. The browser's side is `tests/e2e/test_drafts.py`."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from annotate import queue
+from annotate import adjudication, queue, tasks
 from annotate.forms import TYPED_MAX_CHARS
-from annotate.models import Answer, AnswerKind, Claim
-from tests.annotate.conftest import make_ready_items
+from annotate.models import AdminTyping, Answer, AnswerKind, Claim, Item, ItemStatus, Membership, Project, Role
+from tests.annotate.conftest import decision_input, make_ready_items
 
 HX = {"HTTP_HX_REQUEST": "true"}
 ANSWER = [{"index": 1, "name": "choice", "checked": True}, {"index": 2, "name": "choice", "checked": False}]
@@ -125,7 +126,7 @@ def test_typing_older_than_the_reviewers_answer_is_left_out(client, project, rev
 @pytest.mark.parametrize(("body", "status", "says"), [
     ("{not json", 400, "typed: not JSON"),
     ("[]", 400, "typed: a JSON object of forms"),
-    ('{"adjudication": []}', 400, "unknown form 'adjudication'; the forms kept are answer, skip"),
+    ('{"notes": []}', 400, "unknown form 'notes'; the forms kept are answer, skip, adjudication, inputs"),
     ('{"answer": {"index": 0}}', 400, "typed.answer: a list of at most 1000 fields"),
     ('{"answer": [{"index": 0, "name": "choice", "checked": "yes"}]}', 400, "typed.answer[0]: a field is"),
     ('{"skip": [{"index": -1, "name": "reason", "value": ""}]}', 400, "typed.skip[0]: a field is"),
@@ -163,3 +164,99 @@ def test_typing_needs_a_signed_in_member_and_a_csrf_token(client, project, revie
     client.force_login(reviewer)
     assert client.get(url).status_code == 405
     assert Claim.objects.get().typed is None
+
+
+# -- an admin's forms: the target written when adjudicating, a refused item's fixed inputs -----------------------
+WRITTEN = [{"index": 2, "name": "choice", "checked": True}, {"index": 5, "name": "note", "value": "both read the log"}]
+
+
+@pytest.fixture
+def disputed(project, reviewer, second_reviewer):
+    """Overlap 2; rita answers "db" and sam "dns": an item to adjudicate."""
+    Project.objects.filter(pk=project.pk).update(overlap=2)
+    project.refresh_from_db()
+    (item,) = make_ready_items(project, [0.1])
+    for user, target in ((reviewer, "db"), (second_reviewer, "dns")):
+        queue.claim_next(project, user)
+        queue.submit(item, user, target)
+    item.refresh_from_db()
+    assert item.disagreement
+    return item
+
+
+def adjudication_copies(client, project, item) -> dict[str, dict]:
+    return server_copies(client.get(reverse("adjudication_page", args=[project.slug, item.pk])).content.decode())
+
+
+@pytest.mark.django_db
+def test_what_an_admin_writes_to_adjudicate_is_kept_for_their_other_browsers_until_they_adjudicate(
+        client, project, project_admin, django_user_model, disputed) -> None:
+    client.force_login(project_admin)
+
+    assert send(client, project, disputed, {"adjudication": WRITTEN}).status_code == 204
+
+    other_browser = Client()
+    other_browser.force_login(project_admin)
+    kept = adjudication_copies(other_browser, project, disputed)["adjudication"]
+    assert kept["fields"] == WRITTEN and 0 <= kept["age"] < 60_000
+    page = other_browser.get(reverse("adjudication_page", args=[project.slug, disputed.pk])).content.decode()
+    assert 'data-draft-kept="kept for you until you adjudicate this item"' in page
+    another_admin = django_user_model.objects.create_user("abe")
+    Membership.objects.create(project=project, user=another_admin, role=Role.ADMIN)
+    client.force_login(another_admin)
+    assert adjudication_copies(client, project, disputed) == {}  # only the admin who typed it
+
+    answer = Answer.objects.get(item=disputed, reviewer__username="sam")
+    other_browser.post(reverse("adjudicate", args=[project.slug, disputed.pk]), {"answer": answer.pk}, **HX)
+
+    assert not AdminTyping.objects.exists()
+    assert adjudication_copies(other_browser, project, disputed) == {}
+
+
+@pytest.mark.django_db
+def test_an_admins_typing_older_than_the_items_adjudication_or_a_week_is_not_restored(
+        client, project, project_admin, django_user_model, disputed) -> None:
+    client.force_login(project_admin)
+    send(client, project, disputed, {"adjudication": WRITTEN})
+    another_admin = django_user_model.objects.create_user("abe")
+    Membership.objects.create(project=project, user=another_admin, role=Role.ADMIN)
+    adjudication.adjudicate(disputed, another_admin, answer=Answer.objects.get(item=disputed,
+                                                                              reviewer__username="sam"))
+    assert adjudication_copies(client, project, disputed) == {}  # it came before the target abe gave
+
+    send(client, project, disputed, {"adjudication": WRITTEN})
+    assert adjudication_copies(client, project, disputed)["adjudication"]["fields"] == WRITTEN
+    AdminTyping.objects.update(updated_at=timezone.now() - timedelta(days=8))
+    assert adjudication_copies(client, project, disputed) == {}
+
+
+@pytest.mark.django_db
+def test_a_reviewer_cannot_keep_typing_for_an_admins_form(client, project, reviewer, disputed) -> None:
+    client.force_login(reviewer)
+
+    response = send(client, project, disputed, {"adjudication": WRITTEN})
+
+    assert response.status_code == 403
+    assert not AdminTyping.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_admins_fix_of_refused_inputs_is_kept_until_it_is_saved(client, project, project_admin,
+                                                                    monkeypatch) -> None:
+    monkeypatch.setattr(tasks.predict_items, "delay_on_commit", lambda *args: None)
+    item = Item.objects.create(project=project, inputs={"question": "Why did the cache stop?"})
+    tasks.predict_items(project.pk, [item.pk])
+    item.refresh_from_db()
+    assert item.status == ItemStatus.REFUSED
+    fixed = {**decision_input(), "question": "Why did the cache stop?"}
+    typed = [{"index": 1, "name": "inputs", "value": json.dumps(fixed)}]
+    client.force_login(project_admin)
+
+    assert send(client, project, item, {"inputs": typed}).status_code == 204
+
+    other_browser = Client()
+    other_browser.force_login(project_admin)
+    assert server_copies(page_of(other_browser, project, item))["inputs"]["fields"] == typed
+    other_browser.post(reverse("item_fix_inputs", args=[project.slug, item.pk]), {"inputs": json.dumps(fixed)}, **HX)
+    assert Item.objects.get(pk=item.pk).status == ItemStatus.PENDING
+    assert not AdminTyping.objects.exists()

@@ -186,3 +186,34 @@ def test_after_the_lease_ends_typing_stays_in_the_browser_until_the_item_is_kept
         page.keyboard.type(" up")
     assert sent.value.status == 204
     assert Claim.objects.get(item=item).typed["answer"][0]["value"] == "yes it is, mostly up"
+
+
+def test_typing_left_in_one_browser_is_dropped_there_once_the_answer_is_given_in_another(browser, page,
+                                                                                        reviewer) -> None:
+    """The desk's copy was typed before the answer the phone sent: the desk shows the answer, not the old typing."""
+    item, url = open_item(page, reviewer, "chatbot", "reply")
+    with page.expect_response(lambda r: r.url.endswith(f"/items/{item.pk}/typed/")):
+        page.keyboard.press("t")
+        page.keyboard.press("End")
+        page.keyboard.type(", up again")
+    assert page.evaluate(KEPT) == 1
+
+    other = browser.new_context(viewport={"width": 390, "height": 900})
+    try:
+        phone = other.new_page()
+        phone.base_url = page.base_url
+        sign_in(phone, "rita")
+        phone.goto(url)
+        expect(phone.locator("#target-text")).to_have_value("yes it is, up again")
+        phone.locator("#target-text").press("End")
+        phone.keyboard.type(" now")
+        phone.keyboard.press("Enter")
+        phone.get_by_text("Nothing left to review").wait_for()
+    finally:
+        other.close()
+    assert Answer.objects.get(item=item).target == "yes it is, up again now"
+
+    page.reload()
+    expect(page.locator("#target-text")).to_have_value("yes it is, up again now")
+    expect(page.locator(".draft-restored")).to_have_count(0)
+    assert page.evaluate(KEPT) == 0

@@ -16,8 +16,19 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from annotate import tasks
-from annotate.models import Adjudication, Answer, AnswerKind, Item, ItemStatus, Membership, ModelVersion, Project, Role
+from annotate import queue, tasks
+from annotate.models import (
+    Adjudication,
+    AdminTyping,
+    Answer,
+    AnswerKind,
+    Item,
+    ItemStatus,
+    Membership,
+    ModelVersion,
+    Project,
+    Role,
+)
 from tests.annotate.conftest import decision_input
 from tests.e2e.conftest import PASSWORD, sign_in
 
@@ -209,3 +220,33 @@ def test_the_admin_sees_how_a_reviewer_changed_their_answer(team, open_page, art
     expect(states.nth(0)).to_contain_text("Target · db")
     expect(states.nth(1)).to_contain_text("Target · dns · edited (now)")
     admin.screenshot(path=str(artifacts / "answer-history.png"), full_page=True)
+
+
+def test_what_an_admin_writes_to_adjudicate_follows_them_to_another_browser(team, open_page, artifacts) -> None:
+    """ada starts writing the final target at one desk and finishes at another: the note comes back there, said
+    to be kept until she adjudicates, and is gone from the server once she has."""
+    project = team
+    users = get_user_model().objects
+    first = Item.objects.filter(project=project).order_by("pk").first()
+    for name, target in (("rita", "db"), ("sam", "dns")):
+        assert queue.claim_next(project, users.get(username=name)) == first
+        queue.submit(first, users.get(username=name), target)
+    url = f"/projects/{project.slug}/items/{first.pk}/adjudicate/"
+
+    desk = open_page("ada")
+    desk.goto(desk.base_url + url)
+    desk.keyboard.press("w")
+    with desk.expect_response(lambda r: r.url.endswith(f"/items/{first.pk}/typed/") and r.status == 204):
+        desk.locator("#adjudicate-note").fill("both read the log")  # sent a moment after typing stops
+
+    laptop = open_page("ada")
+    laptop.goto(laptop.base_url + url)
+    expect(laptop.locator("#adjudicate-note")).to_have_value("both read the log")
+    expect(laptop.locator(".draft-restored")).to_contain_text(
+        "Restored what you typed and had not sent yet, kept for you until you adjudicate this item.")
+    laptop.screenshot(path=str(artifacts / "adjudication-restored-elsewhere.png"), full_page=True)
+    laptop.keyboard.press("2")  # picks sam's target
+    laptop.locator("#adjudicated-badge").wait_for()
+    assert not AdminTyping.objects.exists()
+    desk.reload()
+    expect(desk.locator(".draft-restored")).to_have_count(0)
