@@ -30,6 +30,9 @@ def keep_for_admin(project: Project, item: Item, user, typed: dict, *, now=None)
     for form, fields in typed.items():
         AdminTyping.objects.update_or_create(item=item, user=user, form=form,
                                              defaults={"fields": fields, "updated_at": now})
+    # Typing never sent (the admin went elsewhere, another admin settled the item) would stay: past the week it
+    # can no longer be restored, so it goes.
+    AdminTyping.objects.filter(user=user, updated_at__lt=now - KEPT_FOR).delete()
 
 
 def admin_copy(item: Item, user, form: str, *, after: datetime | None = None, now=None) -> dict[str, str]:

@@ -229,6 +229,10 @@ def test_an_admins_typing_older_than_the_items_adjudication_or_a_week_is_not_res
     AdminTyping.objects.update(updated_at=timezone.now() - timedelta(days=8))
     assert adjudication_copies(client, project, disputed) == {}
 
+    (other,) = make_ready_items(project, [0.3])
+    send(client, project, other, {"adjudication": WRITTEN})  # the week-old one goes when the admin types again
+    assert list(AdminTyping.objects.values_list("item_id", flat=True)) == [other.pk]
+
 
 @pytest.mark.django_db
 def test_a_reviewer_cannot_keep_typing_for_an_admins_form(client, project, reviewer, disputed) -> None:
