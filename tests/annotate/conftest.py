@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from annotate import queue
 from annotate.models import (
     Answer,
     AnswerRevision,
@@ -79,6 +80,20 @@ def project(db, reviewer, second_reviewer, project_admin) -> Project:
 def ready_items():
     """`ready_items(project, confidences)`: items with a stored prediction, one per confidence, 1 s apart."""
     return make_ready_items
+
+
+@pytest.fixture
+def split_item(ready_items, project, reviewer, second_reviewer):
+    """An item of an overlap-2 Decision project where rita chose "db" and sam chose "dns"."""
+    project.overlap = 2
+    project.save()
+    (item,) = ready_items(project, [0.1])
+    for user, target in ((reviewer, "db"), (second_reviewer, "dns")):
+        queue.claim_next(project, user)
+        queue.submit(item, user, target)
+    item.refresh_from_db()
+    assert item.disagreement
+    return item
 
 
 @pytest.fixture

@@ -11,20 +11,6 @@ from annotate.models import Adjudication, AdjudicationKind, AdjudicationRevision
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def split_item(ready_items, project, reviewer, second_reviewer):
-    """An item of an overlap-2 Decision project where rita chose "db" and sam chose "dns"."""
-    project.overlap = 2
-    project.save()
-    (item,) = ready_items(project, [0.1])
-    for user, target in ((reviewer, "db"), (second_reviewer, "dns")):
-        queue.claim_next(project, user)
-        queue.submit(item, user, target)
-    item.refresh_from_db()
-    assert item.disagreement
-    return item
-
-
 def test_picking_a_reviewers_answer_stores_it_with_the_admins_provenance(split_item, project_admin,
                                                                          second_reviewer) -> None:
     sams = Answer.objects.get(item=split_item, reviewer=second_reviewer)

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from annotate import adjudication, queue, tasks
 from annotate.forms import TYPED_MAX_CHARS
-from annotate.models import AdminTyping, Answer, AnswerKind, Claim, Item, ItemStatus, Membership, Project, Role
+from annotate.models import AdminTyping, Answer, AnswerKind, Claim, Item, ItemStatus, Membership, Role
 from tests.annotate.conftest import decision_input, make_ready_items
 
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -170,64 +170,50 @@ def test_typing_needs_a_signed_in_member_and_a_csrf_token(client, project, revie
 WRITTEN = [{"index": 2, "name": "choice", "checked": True}, {"index": 5, "name": "note", "value": "both read the log"}]
 
 
-@pytest.fixture
-def disputed(project, reviewer, second_reviewer):
-    """Overlap 2; rita answers "db" and sam "dns": an item to adjudicate."""
-    Project.objects.filter(pk=project.pk).update(overlap=2)
-    project.refresh_from_db()
-    (item,) = make_ready_items(project, [0.1])
-    for user, target in ((reviewer, "db"), (second_reviewer, "dns")):
-        queue.claim_next(project, user)
-        queue.submit(item, user, target)
-    item.refresh_from_db()
-    assert item.disagreement
-    return item
-
-
 def adjudication_copies(client, project, item) -> dict[str, dict]:
     return server_copies(client.get(reverse("adjudication_page", args=[project.slug, item.pk])).content.decode())
 
 
 @pytest.mark.django_db
 def test_what_an_admin_writes_to_adjudicate_is_kept_for_their_other_browsers_until_they_adjudicate(
-        client, project, project_admin, django_user_model, disputed) -> None:
+        client, project, project_admin, django_user_model, split_item) -> None:
     client.force_login(project_admin)
 
-    assert send(client, project, disputed, {"adjudication": WRITTEN}).status_code == 204
+    assert send(client, project, split_item, {"adjudication": WRITTEN}).status_code == 204
 
     other_browser = Client()
     other_browser.force_login(project_admin)
-    kept = adjudication_copies(other_browser, project, disputed)["adjudication"]
+    kept = adjudication_copies(other_browser, project, split_item)["adjudication"]
     assert kept["fields"] == WRITTEN and 0 <= kept["age"] < 60_000
-    page = other_browser.get(reverse("adjudication_page", args=[project.slug, disputed.pk])).content.decode()
+    page = other_browser.get(reverse("adjudication_page", args=[project.slug, split_item.pk])).content.decode()
     assert 'data-draft-kept="kept for you until you adjudicate this item"' in page
     another_admin = django_user_model.objects.create_user("abe")
     Membership.objects.create(project=project, user=another_admin, role=Role.ADMIN)
     client.force_login(another_admin)
-    assert adjudication_copies(client, project, disputed) == {}  # only the admin who typed it
+    assert adjudication_copies(client, project, split_item) == {}  # only the admin who typed it
 
-    answer = Answer.objects.get(item=disputed, reviewer__username="sam")
-    other_browser.post(reverse("adjudicate", args=[project.slug, disputed.pk]), {"answer": answer.pk}, **HX)
+    answer = Answer.objects.get(item=split_item, reviewer__username="sam")
+    other_browser.post(reverse("adjudicate", args=[project.slug, split_item.pk]), {"answer": answer.pk}, **HX)
 
     assert not AdminTyping.objects.exists()
-    assert adjudication_copies(other_browser, project, disputed) == {}
+    assert adjudication_copies(other_browser, project, split_item) == {}
 
 
 @pytest.mark.django_db
 def test_an_admins_typing_older_than_the_items_adjudication_or_a_week_is_not_restored(
-        client, project, project_admin, django_user_model, disputed) -> None:
+        client, project, project_admin, django_user_model, split_item) -> None:
     client.force_login(project_admin)
-    send(client, project, disputed, {"adjudication": WRITTEN})
+    send(client, project, split_item, {"adjudication": WRITTEN})
     another_admin = django_user_model.objects.create_user("abe")
     Membership.objects.create(project=project, user=another_admin, role=Role.ADMIN)
-    adjudication.adjudicate(disputed, another_admin, answer=Answer.objects.get(item=disputed,
+    adjudication.adjudicate(split_item, another_admin, answer=Answer.objects.get(item=split_item,
                                                                               reviewer__username="sam"))
-    assert adjudication_copies(client, project, disputed) == {}  # it came before the target abe gave
+    assert adjudication_copies(client, project, split_item) == {}  # it came before the target abe gave
 
-    send(client, project, disputed, {"adjudication": WRITTEN})
-    assert adjudication_copies(client, project, disputed)["adjudication"]["fields"] == WRITTEN
+    send(client, project, split_item, {"adjudication": WRITTEN})
+    assert adjudication_copies(client, project, split_item)["adjudication"]["fields"] == WRITTEN
     AdminTyping.objects.update(updated_at=timezone.now() - timedelta(days=8))
-    assert adjudication_copies(client, project, disputed) == {}
+    assert adjudication_copies(client, project, split_item) == {}
 
     (other,) = make_ready_items(project, [0.3])
     send(client, project, other, {"adjudication": WRITTEN})  # the week-old one goes when the admin types again
@@ -235,10 +221,10 @@ def test_an_admins_typing_older_than_the_items_adjudication_or_a_week_is_not_res
 
 
 @pytest.mark.django_db
-def test_a_reviewer_cannot_keep_typing_for_an_admins_form(client, project, reviewer, disputed) -> None:
+def test_a_reviewer_cannot_keep_typing_for_an_admins_form(client, project, reviewer, split_item) -> None:
     client.force_login(reviewer)
 
-    response = send(client, project, disputed, {"adjudication": WRITTEN})
+    response = send(client, project, split_item, {"adjudication": WRITTEN})
 
     assert response.status_code == 403
     assert not AdminTyping.objects.exists()

@@ -34,6 +34,17 @@ def open_item(page, user, tool: str, mode: str) -> tuple[Item, str]:
     return item, url
 
 
+def on_a_phone(browser, page, url: str):
+    """The reviewer's phone: another browser (its own storage and cookies), signed in as rita, on `url`;
+    (its context, its page)."""
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    phone = context.new_page()
+    phone.base_url = page.base_url
+    sign_in(phone, "rita")
+    phone.goto(url)
+    return context, phone
+
+
 def test_typed_text_survives_a_reload_and_a_visit_elsewhere_until_it_is_submitted(page, artifacts,
                                                                                  reviewer) -> None:
     item, url = open_item(page, reviewer, "chatbot", "reply")
@@ -137,12 +148,8 @@ def test_typing_in_one_browser_comes_back_in_another_and_a_discard_there_reaches
         page.keyboard.type(", up again")  # sent a moment after the typing stops
     assert sent.value.status == 204
 
-    other = browser.new_context(viewport={"width": 390, "height": 900})  # the reviewer's phone
+    other, phone = on_a_phone(browser, page, url)
     try:
-        phone = other.new_page()
-        phone.base_url = page.base_url
-        sign_in(phone, "rita")
-        phone.goto(url)
         expect(phone.locator("#target-text")).to_have_value("yes it is, up again")
         expect(phone.locator(".draft-restored")).to_contain_text(
             "Restored what you typed and had not sent yet, kept for you while the item is yours.")
@@ -198,12 +205,8 @@ def test_typing_left_in_one_browser_is_dropped_there_once_the_answer_is_given_in
         page.keyboard.type(", up again")
     assert page.evaluate(KEPT) == 1
 
-    other = browser.new_context(viewport={"width": 390, "height": 900})
+    other, phone = on_a_phone(browser, page, url)
     try:
-        phone = other.new_page()
-        phone.base_url = page.base_url
-        sign_in(phone, "rita")
-        phone.goto(url)
         expect(phone.locator("#target-text")).to_have_value("yes it is, up again")
         phone.locator("#target-text").press("End")
         phone.keyboard.type(" now")
