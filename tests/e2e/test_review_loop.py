@@ -202,7 +202,7 @@ def test_import_label_skip_back_undo_export_and_load(page, artifacts, users, eag
 
     page.keyboard.press("u")  # undo the last submission: the skip of the second item
     page.wait_for_function(f"document.getElementById('workspace').dataset.item === '{second}'")
-    page.locator("#item-notice").get_by_text("Undone:").wait_for()
+    page.locator("#item-notice").get_by_text("Undone:").wait_for()  # in place: the key acted through htmx
     assert Answer.objects.get(item_id=second, reviewer=reviewer).kind == AnswerKind.DRAFT
     page.keyboard.press("2")
     press_and_wait_for_next(page, "Enter")
