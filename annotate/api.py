@@ -372,7 +372,8 @@ def _fix_inputs(request: HttpRequest, token: ApiToken, project: Project, item: I
 
 
 def _item_json(token: ApiToken, project: Project, item: Item) -> JsonResponse:
-    answers = item.answers.filter(kind__in=("target", "skip")).select_related("reviewer").order_by("id")
+    answers = (item.answers.filter(kind__in=("target", "skip")).select_related("reviewer")
+               .prefetch_related("revisions").order_by("id"))
     is_admin = project.role_of(token.user) == Role.ADMIN
     return JsonResponse({
         "id": item.pk,
@@ -381,8 +382,15 @@ def _item_json(token: ApiToken, project: Project, item: Item) -> JsonResponse:
         "inputs": item.inputs,
         "confidence": item.confidence,
         "receipt": item.prediction.receipt if item.prediction else None,
-        "answers": [answer_json(a) for a in answers if is_admin or a.reviewer_id == token.user_id],
+        "answers": [{**answer_json(a), "revisions": [_revision_json(r) for r in a.revisions.all()]}
+                    for a in answers if is_admin or a.reviewer_id == token.user_id],
     })
+
+
+def _revision_json(revision) -> dict:
+    """One state of an answer, oldest first in its list: how the reviewer got to it (the site's "Changed N times")."""
+    return {"kind": revision.kind, "target": revision.target, "skip_reason": revision.skip_reason,
+            "note": revision.note, "created_at": revision.created_at.isoformat()}
 
 
 def answer_json(answer: Answer) -> dict:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from annotate import storage
+from annotate import queue, storage
 from annotate.models import ApiToken, Export, Item, Membership, Project, Role
 
 pytestmark = pytest.mark.django_db
@@ -166,6 +166,30 @@ def test_api_get_item_and_project(client, project, admin_key, ready_items) -> No
 
     assert detail["inputs"] == item.inputs and detail["receipt"]["selected_id"] == "db"
     assert summary["tool"] == "decision" and summary["items"] == {"ready": 1}
+
+
+def test_api_item_gives_each_answers_revisions_to_admins_and_a_reviewer_their_own(
+        client, project, admin_key, reviewer_key, ready_items, reviewer, second_reviewer) -> None:
+    Project.objects.filter(pk=project.pk).update(overlap=2)
+    project.refresh_from_db()
+    (item,) = ready_items(project, [0.4])
+    for user in (reviewer, second_reviewer):
+        queue.claim_next(project, user)
+    queue.submit(item, reviewer, "db")
+    queue.skip(item, reviewer, "not sure")
+    queue.submit(item, reviewer, "dns")
+    queue.submit(item, second_reviewer, "db")
+    url = f"/api/projects/outages/items/{item.pk}"
+
+    as_admin = client.get(url, HTTP_AUTHORIZATION=f"Bearer {admin_key}").json()["answers"]
+    as_rita = client.get(url, HTTP_AUTHORIZATION=f"Bearer {reviewer_key}").json()["answers"]
+
+    ritas = next(a for a in as_admin if a["reviewer"] == "rita")
+    assert [(r["kind"], r["target"], r["skip_reason"], r["note"]) for r in ritas["revisions"]] == [
+        ("target", "db", "", ""), ("skip", None, "not sure", "edited"), ("target", "dns", "", "edited")]
+    assert ritas["revisions"][0]["created_at"] <= ritas["revisions"][-1]["created_at"]
+    assert [len(a["revisions"]) for a in as_admin] == [3, 1]
+    assert [a["reviewer"] for a in as_rita] == ["rita"] and as_rita[0]["revisions"] == ritas["revisions"]
 
 
 def test_api_get_rejects_post(client, project, admin_key) -> None:
