@@ -369,7 +369,7 @@ class AdminTyping(models.Model):
     """What a project admin typed into an item's admin form (the target they write when adjudicating, a refused
     item's fixed inputs) and has not sent, as their browser last sent it (`forms.TypedForm`): their other
     browsers show it. A reviewer's typing lives on their claim instead; an admin form has no claim, so this row
-    goes when the form is sent (`annotate.typing`) or the item is deleted."""
+    goes when the form is sent (`annotate.unsent`) or the item is deleted."""
 
     item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="+")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")

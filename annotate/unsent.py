@@ -15,11 +15,35 @@ from datetime import datetime, timedelta
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
-from annotate.models import AdminTyping, Item, Project
+from annotate import queue
+from annotate.models import AdminTyping, Answer, Item, Project
 
 CLAIM_FORMS = ("answer", "skip")
 ADMIN_FORMS = ("adjudication", "inputs")
 KEPT_FOR = timedelta(days=7)  # as long as `static/drafts.js` keeps the browser's copy
+
+
+def keep(project: Project, item: Item, user, typed: dict) -> bool:
+    """Keep what `user` typed into `item`'s forms (`typed`: form -> fields, `forms.TypedForm`), each form where it
+    lives; False, and a reviewer's forms not kept, without an active claim. PermissionDenied: an admin's form
+    sent by a reviewer."""
+    for_admin = {form: fields for form, fields in typed.items() if form in ADMIN_FORMS}
+    if for_admin:
+        keep_for_admin(project, item, user, for_admin)
+        if len(for_admin) == len(typed):
+            return True
+    return queue.keep_typed(item, user, {form: fields for form, fields in typed.items() if form not in for_admin})
+
+
+def claim_copy(viewer_typed: tuple | None, answer: Answer | None, now: datetime) -> dict[str, str]:
+    """`server_copy` of a reviewer's typing kept on their claim (`(typed, typed_at)` as the item page reads it),
+    unless their answer came after it."""
+    if viewer_typed is None:
+        return {}
+    typed, typed_at = viewer_typed
+    if answer is not None and answer.updated_at > typed_at:
+        return {}
+    return server_copy(typed, typed_at, now)
 
 
 def keep_for_admin(project: Project, item: Item, user, typed: dict, *, now=None) -> None:

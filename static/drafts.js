@@ -91,12 +91,16 @@
     }
   }
 
+  function formsSavingTo(url) {
+    return Array.prototype.filter.call(document.querySelectorAll("form[data-draft-save]"), function (form) {
+      return form.dataset.draftSave === url;
+    });
+  }
+
   // Every form of that item that the server keeps, in one request: the server stores what it is sent as it is.
   function send(url) {
     var typed = {};
-    document.querySelectorAll("form[data-draft-save]").forEach(function (form) {
-      if (form.dataset.draftSave === url) typed[formName(form)] = fieldsOf(form);
-    });
+    formsSavingTo(url).forEach(function (form) { typed[formName(form)] = fieldsOf(form); });
     var body = new URLSearchParams({ typed: JSON.stringify(typed) });
     var options = { method: "POST", body: body, credentials: "same-origin", headers: { "X-CSRFToken": csrfToken() } };
     if (body.toString().length < KEEPALIVE_MAX) options.keepalive = true;  // outlives the page, if it goes
@@ -104,9 +108,7 @@
     // more is sent from these forms until the page changes (the lease kept again, the item taken back).
     fetch(url, options).then(function (response) {
       if (response.status !== 409) return;
-      document.querySelectorAll("form[data-draft-save]").forEach(function (form) {
-        if (form.dataset.draftSave === url) form.setAttribute("data-draft-refused", "");
-      });
+      formsSavingTo(url).forEach(function (form) { form.setAttribute("data-draft-refused", ""); });
     }).catch(function () {});
   }
 

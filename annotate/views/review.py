@@ -136,9 +136,10 @@ def item_keep(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 def item_typed(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    """Keep what the reviewer typed into the item's forms and has not sent (the page sends it as they type), so
-    their other browsers show it while their claim lasts. 204 when kept; 409 without an active claim (the
-    typing stays in this browser only); 400 or 413, saying why, for what is not the page's own shape."""
+    """Keep what the user typed into the item's forms and has not sent (the page sends it as they type), so their
+    other browsers show it (`annotate.unsent`). 204 when kept; 409 for a reviewer's forms without an active claim
+    (the typing stays in this browser only); 403 for an admin's forms sent by a reviewer; 400 or 413, saying why,
+    for what is not the page's own shape."""
     project = access.member_project(request, slug)
     item = access.project_item(project, pk)
     form = TypedForm(request.POST)
@@ -146,13 +147,7 @@ def item_typed(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         message = " ".join(form.errors.get("typed", ["typed: missing"]))
         status = 413 if form.has_error("typed", "max_length") else 400
         return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
-    typed = form.cleaned_data["typed"]
-    for_admin = {name: fields for name, fields in typed.items() if name in unsent.ADMIN_FORMS}
-    if for_admin:  # an admin's forms: kept for them until sent (403 for a reviewer)
-        unsent.keep_for_admin(project, item, request.user, for_admin)
-        if len(for_admin) == len(typed):
-            return HttpResponse(status=204)
-    if not queue.keep_typed(item, request.user, {k: v for k, v in typed.items() if k not in for_admin}):
+    if not unsent.keep(project, item, request.user, form.cleaned_data["typed"]):
         return HttpResponse("You hold no active claim on this item: what you typed stays in this browser only.",
                             status=409, content_type="text/plain; charset=utf-8")
     return HttpResponse(status=204)
@@ -322,24 +317,12 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
     }
     if claim_expires is not None:  # what they type is kept with the claim, for their other browsers
         context["typed_url"] = reverse("item_typed", args=[project.slug, item.pk])
-        context["server_typed"] = _server_typed(getattr(item, "viewer_typed", None), answer, now)
+        context["server_typed"] = unsent.claim_copy(getattr(item, "viewer_typed", None), answer, now)
     elif context["fix_text"] is not None and fix_text is None:  # an admin's fix of the inputs, kept until saved
         context["typed_url"] = reverse("item_typed", args=[project.slug, item.pk])
         context["server_typed"] = unsent.admin_copy(item, user, "inputs", now=now)
     template = "annotate/_item.html" if request.htmx else "annotate/item.html"
     return render(request, template, context, status=status)
-
-
-def _server_typed(viewer_typed: tuple | None, answer: Answer | None, now) -> dict[str, str]:
-    """Each form's kept typing for `static/drafts.js`: its fields and its age in milliseconds (the browser dates
-    it on its own clock, to compare with what it kept itself). Typing older than the viewer's answer is left out:
-    the answer came after it."""
-    if viewer_typed is None:
-        return {}
-    typed, typed_at = viewer_typed
-    if answer is not None and answer.updated_at > typed_at:
-        return {}
-    return unsent.server_copy(typed, typed_at, now)
 
 
 def _fix_text(item: Item, typed: str | None) -> str | None:
