@@ -247,11 +247,15 @@ def run(export: Export) -> Export:
         names = [entry["name"] for entry in manifest["files"]] + [JSONL]
         storage.write_once(partial / MANIFEST, json.dumps(manifest, indent=2).encode())
         _write_archive(partial, export.pk, [*names, MANIFEST])
+        # The parts, the JSONL and the archive were written without an fsync each: made durable here at once,
+        # before the row can say they are there.
+        storage.make_durable(partial, [*names, archive_name(export.pk)])
         with transaction.atomic():
             if not Export.objects.select_for_update().filter(pk=export.pk, run_token=token).exists():
                 raise LeaseLost
             for name in [*names, MANIFEST, archive_name(export.pk)]:
                 (partial / name).replace(directory / name)
+            storage.sync_directory(directory)
             Export.objects.filter(pk=export.pk).update(
                 state=ExportState.SUCCEEDED, done=manifest["examples"], total=manifest["examples"],
                 files=[*names, MANIFEST, archive_name(export.pk)], finished_at=timezone.now(),
@@ -495,7 +499,7 @@ def _exit_with_parent(parent: int) -> None:
 
 def _capture_part(trainer, mode: str, inputs: list, targets: list, sources: list[str], saving: Path,
                   final: Path) -> None:
-    tooling.capture_experience(trainer, mode, inputs, targets, sources, saving)
+    tooling.capture_experience(trainer, mode, inputs, targets, sources, saving, durable=False)  # `run` syncs them
     saving.replace(final)
 
 

@@ -47,6 +47,45 @@ def resolve(name: str) -> Path:
     return root() / relative_name(kind, int(pk))
 
 
+def make_durable(directory: Path, names: Iterable[str]) -> None:
+    """Flush files `names` of `directory`, written without an fsync, and the directory's entries to disk.
+
+    On Linux one `syncfs` of the directory's filesystem does it: one journal commit for all of them, where an
+    fsync per file waits for one each (2.3 ms a file here; an export of 100,000 answers writes 3,125 parts).
+    Elsewhere, an fsync per file and one for the directory.
+    """
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        syncfs = _syncfs()
+        if syncfs is not None and syncfs(fd) == 0:
+            return
+        for name in names:
+            with (directory / name).open("rb") as handle:
+                os.fsync(handle.fileno())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_directory(directory: Path) -> None:
+    """Flush `directory`'s entries (files renamed into it) to disk."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _syncfs():
+    """The C library's `syncfs`, where there is one (Linux)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+
+
 def write_once(path: Path, data: bytes | Iterable[bytes], max_bytes: int | None = None) -> Path:
     """Publish `data` at `path` atomically (temporary file + `os.replace`); refuse to replace an existing file.
 

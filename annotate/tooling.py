@@ -376,11 +376,13 @@ def _capture_only(parameters):
     return CaptureOnly(parameters)
 
 
-def capture_experience(trainer, mode: str, inputs_list: list, targets: list, sources: list[str], path: Path) -> None:
-    """Capture one minibatch (one source per example) with the trainer and save it as an experience file."""
+def capture_experience(trainer, mode: str, inputs_list: list, targets: list, sources: list[str], path: Path, *,
+                       durable: bool = True) -> None:
+    """Capture one minibatch (one source per example) with the trainer and save it as an experience file
+    (`durable=False`: not fsynced, for a caller that makes its files durable together, `storage.make_durable`)."""
     envelope = {"mode": mode, "inputs": list(inputs_list)}
     session = trainer.capture(envelope, list(targets), source=list(sources))
-    session.save(str(path), operations=trainer.operations, release=True)
+    session.save(str(path), operations=trainer.operations, release=True, durable=durable)
 
 
 def load_experience(trainer, path: Path):

@@ -29,8 +29,13 @@ except ImportError:  # pragma: no cover - Windows: no flock, so nothing is recla
 _EMPTY_GRACE_SECONDS = 60
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | str | Iterable[bytes]) -> None:
-    """Publish ``data`` (bytes, text written as UTF-8, or an iterable of byte chunks) at ``path``."""
+def write_atomic(path: str | os.PathLike, data: bytes | str | Iterable[bytes], *, durable: bool = True) -> None:
+    """Publish ``data`` (bytes, text written as UTF-8, or an iterable of byte chunks) at ``path``.
+
+    ``durable=False`` skips the fsync: the file is still published whole or not at all for every reader, but a
+    machine crash may lose it. For a caller that writes many files and makes them durable together afterwards
+    (one fsync costs milliseconds; thousands of them, most of the writing's time).
+    """
     path = Path(path)
     reclaim_temporaries(path.parent, re.escape(f".{path.name}."))
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
@@ -45,7 +50,8 @@ def write_atomic(path: str | os.PathLike, data: bytes | str | Iterable[bytes]) -
             for chunk in [data] if isinstance(data, (bytes, bytearray, memoryview)) else data:
                 handle.write(chunk)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
             os.replace(tmp, path)  # still locked: a reclaimer must never see this file complete and unlocked
     except BaseException:
         tmp.unlink(missing_ok=True)

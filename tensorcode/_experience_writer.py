@@ -18,10 +18,10 @@ VERSION = 1
 
 
 def write_experience(
-    session, roots: list, path, *, operations: Mapping, codecs: Mapping | None = None
+    session, roots: list, path, *, operations: Mapping, codecs: Mapping | None = None, durable: bool = True
 ) -> None:
     """Write ``session`` (whose stored roots are ``roots``) to ``path`` atomically; any failure leaves an existing
-    file untouched."""
+    file untouched. ``durable``: as for ``_atomic.write_atomic``."""
     if not isinstance(operations, Mapping):
         raise TypeError("operations must be a mapping of binding name to operation")
     try:
@@ -78,7 +78,7 @@ def write_experience(
         text = json.dumps(document, allow_nan=False, separators=(",", ":"))
     except (ValueError, TypeError) as exc:  # pragma: no cover - the encoder already refuses these
         raise ExperienceError(f"experience is not serializable: {exc}") from exc
-    write_atomic(path, payloads.chunks(text))
+    write_atomic(path, payloads.chunks(text), durable=durable)
 
 
 class _TreeEncoder(Encoder):

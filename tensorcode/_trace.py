@@ -231,10 +231,20 @@ class Trace:
         self._released = True
 
     def save(
-        self, path: str | os.PathLike, *, operations: Mapping, codecs: Mapping | None = None, release: bool = False
+        self,
+        path: str | os.PathLike,
+        *,
+        operations: Mapping,
+        codecs: Mapping | None = None,
+        release: bool = False,
+        durable: bool = True,
     ) -> None:
-        """Validate, then atomically write versioned JSON; with ``release=True`` release after persisting."""
-        write_experience(self, self._roots, path, operations=operations, codecs=codecs)
+        """Validate, then atomically write versioned JSON; with ``release=True`` release after persisting.
+
+        ``durable=False`` skips the fsync, for a caller saving many files that makes them durable together
+        afterwards: every reader still sees the whole file or none, but a machine crash may lose it.
+        """
+        write_experience(self, self._roots, path, operations=operations, codecs=codecs, durable=durable)
         if release:
             self.release()
 

@@ -159,7 +159,7 @@ def held_out_examples(job) -> list[tuple[int, object, object]]:
 
 
 def _write(job, version, part: str, root: Path) -> None:
-    from annotate import tooling
+    from annotate import storage, tooling
     from trainingjobs.runner import JobFailed
 
     expected = job.train_count if part == "train" else job.held_out_count
@@ -186,6 +186,7 @@ def _write(job, version, part: str, root: Path) -> None:
                     [r.target for r in batch],
                     [r.source for r in batch],
                     staging / name,
+                    durable=False,  # all of the snapshot at once, below
                 )
             except ValueError as exc:
                 raise JobFailed(
@@ -199,7 +200,10 @@ def _write(job, version, part: str, root: Path) -> None:
         if uploads:
             manifest["uploads"] = [upload.pk for upload in uploads]
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        # On disk before it is published: `ensure` takes a snapshot whose manifest is there as complete.
+        storage.make_durable(staging, [*names, MANIFEST])
         os.replace(staging, root)
+        storage.sync_directory(root.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

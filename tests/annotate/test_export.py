@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import zipfile
 
 import pytest
 
 from annotate import export as exports
-from annotate import queue, tasks, tooling
+from annotate import queue, storage, tasks, tooling
 from annotate.models import ExportFormat, ExportState
 from tensorcode import training
 
@@ -112,6 +113,49 @@ def test_export_writes_flat_jsonl_and_an_archive(project, project_admin, answere
     assert not (export.directory / ".partial").exists()
 
 
+def test_an_exports_files_are_made_durable_together_before_it_says_it_is_done(
+    project, project_admin, answered, monkeypatch, settings
+) -> None:
+    """One fsync per part was a tenth of an export's time: the parts are saved without one, and the parts, the
+    JSONL and the archive reach the disk at once before the row says SUCCEEDED."""
+    settings.TC_EXPORT_PROCESSES = 1  # captured in this process, where the spies below see it
+    export = exports.create_export(project, project_admin, minibatch_size=1, enqueue=False)
+    fsyncs, made_durable = [], []
+    real_fsync, real_durable = os.fsync, storage.make_durable
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+
+    def spy(directory, names):
+        names = list(names)
+        made_durable.append((names, [(directory / name).is_file() for name in names],
+                             type(export).objects.get(pk=export.pk).state))
+        real_durable(directory, names)
+
+    monkeypatch.setattr(storage, "make_durable", spy)
+
+    assert exports.run(export).state == ExportState.SUCCEEDED
+
+    parts = [f"part-0000{n}.json" for n in range(1, 6)]
+    [(names, present, state)] = made_durable
+    assert sorted(names) == sorted([*parts, "answers.jsonl", exports.archive_name(export.pk)])
+    assert all(present) and state == ExportState.RUNNING
+    # Of the export's own files, the manifest (written once) and the directory the files were renamed into.
+    mine = [path for path in fsyncs if path.startswith(str(export.directory))]
+    assert len(mine) == 2 and ".manifest.json." in mine[0] and mine[1] == str(export.directory), fsyncs
+
+
+def test_making_files_durable_without_syncfs_fsyncs_each_and_their_directory(tmp_path, monkeypatch) -> None:
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text("{}")
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(storage, "_syncfs", lambda: None)  # not Linux
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+
+    storage.make_durable(tmp_path, ["a.json", "b.json"])
+
+    assert synced == [str(tmp_path / "a.json"), str(tmp_path / "b.json"), str(tmp_path)]
+
+
 def test_export_filters_by_reviewer(project, project_admin, answered) -> None:
     export = exports.create_export(project, project_admin, filters={"reviewers": "sam"}, enqueue=False)
 
@@ -203,7 +247,7 @@ def test_a_run_taken_over_stops_and_writes_nothing_over_its_successor(project, p
 
     if when == "while writing":
         real = tooling.capture_experience
-        monkeypatch.setattr(tooling, "capture_experience", lambda *args: (taken_over(), real(*args))[1])
+        monkeypatch.setattr(tooling, "capture_experience", lambda *args, **kw: (taken_over(), real(*args, **kw))[1])
     else:
         real_archive = exports._write_archive
         monkeypatch.setattr(exports, "_write_archive", lambda *args: (real_archive(*args), taken_over())[0])
@@ -221,7 +265,7 @@ def test_a_run_taken_over_that_then_fails_leaves_the_export_to_its_successor(pro
 
     export = exports.create_export(project, project_admin, enqueue=False)
 
-    def broken(*args):
+    def broken(*args, **kwargs):
         Export.objects.filter(pk=export.pk).update(run_token="successor")
         raise OSError("its directory was removed by the run that took over")
 
@@ -310,14 +354,14 @@ def _recording_capture(monkeypatch, log, fail_on: str | None = None, kill_a_work
     real = tooling.capture_experience
     exporting = os.getpid()
 
-    def capture(trainer, mode, inputs, targets, sources, path):
+    def capture(trainer, mode, inputs, targets, sources, path, **options):
         with open(log, "a") as handle:
             handle.write(f"{os.getpid()}\n")
         if fail_on and fail_on in sources[0]:
             raise OSError(f"disk full at {path.name}")
         if kill_a_worker and os.getpid() != exporting:
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(trainer, mode, inputs, targets, sources, path)
+        return real(trainer, mode, inputs, targets, sources, path, **options)
 
     monkeypatch.setattr(tooling, "capture_experience", capture)
 
@@ -467,7 +511,7 @@ def test_a_run_whose_export_was_deleted_meanwhile_stops_quietly(project, project
     monkeypatch.setattr(exports, "PROGRESS_SECONDS", 0)
     real = tooling.capture_experience
     monkeypatch.setattr(tooling, "capture_experience",
-                        lambda *args: (Export.objects.filter(pk=export.pk).delete(), real(*args))[1])
+                        lambda *args, **kw: (Export.objects.filter(pk=export.pk).delete(), real(*args, **kw))[1])
 
     exports.run(export)  # no error
 

@@ -43,20 +43,20 @@ def _check(path: Path, data: bytes) -> None:
 def _files_match_their_schemas(monkeypatch):
     original = _atomic.write_atomic
 
-    def checked(path, data):
+    def checked(path, data, **options):
         path = Path(path)
         if isinstance(data, str):
             data = data.encode("utf-8")
         if isinstance(data, (bytes, bytearray, memoryview)):
             _check(path, bytes(data))
-            return original(path, data)
+            return original(path, data, **options)
         chunks = iter(data)
         first = next(chunks, b"")
         if bytes(first).startswith(_EXPERIENCE):
             whole = b"".join(bytes(c) for c in itertools.chain([first], chunks))
             _check(path, whole)
-            return original(path, whole)
-        return original(path, itertools.chain([first], chunks))
+            return original(path, whole, **options)
+        return original(path, itertools.chain([first], chunks), **options)
 
     for name, module in list(sys.modules.items()):
         if name.startswith("tensorcode") and getattr(module, "write_atomic", None) is original:

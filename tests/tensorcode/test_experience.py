@@ -125,6 +125,30 @@ def test_save_writes_a_temporary_file_in_the_same_directory_then_replaces(ops, f
     assert listing(folder) == ["experience.json"]  # the temporary file is gone
 
 
+@pytest.mark.parametrize("durable", [True, False])
+def test_save_fsyncs_the_file_before_publishing_it_unless_told_not_to(ops, folder, monkeypatch, durable):
+    """By default the data is on disk before the file appears under its name; `durable=False` (a caller saving
+    many files that makes them durable together) skips the fsync but still publishes the whole file or none."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append("fsync")
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append("replace")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    path = folder / "experience.json"
+    capture(ops).save(path, operations=ops, durable=durable)
+    assert events == (["fsync", "replace"] if durable else ["replace"])
+    assert listing(folder) == ["experience.json"]
+    assert training.load_experience(path, operations=ops).supervisions[0].source == "human:review-42"
+
+
 def _fail_replace(src, dst):
     raise OSError("simulated: rename failed")
 

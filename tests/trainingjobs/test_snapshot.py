@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from django.urls import reverse
 
-from annotate import adjudication, tooling
+from annotate import adjudication, storage, tooling
 from annotate.models import (
     AdjudicationRevision,
     Answer,
@@ -164,3 +165,30 @@ def test_launch_log_names_the_adjudicated_targets(project, admin, reviewed, disp
 
     assert "launched: 19 training and 0 held-out records from" in job.log
     assert "(adjudicated targets: 1)" in job.log
+
+
+def test_a_snapshot_is_on_disk_before_it_is_published_without_an_fsync_per_part(
+    project, admin, reviewed, monkeypatch
+) -> None:
+    """Its parts are saved without an fsync each and made durable together, manifest included, before the
+    snapshot's directory takes its name (`ensure` trusts a snapshot whose manifest is there)."""
+    job = launch(project, held_out_fraction=0.0)
+    version = project.current_version
+    fsyncs, made_durable = [], []
+    real_fsync, real_durable = os.fsync, storage.make_durable
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+
+    def spy(directory, names):
+        names = list(names)
+        made_durable.append((directory, names, [(directory / name).is_file() for name in names]))
+        real_durable(directory, names)
+
+    monkeypatch.setattr(storage, "make_durable", spy)
+
+    files = snapshot.ensure(job, version, "train")
+
+    [(staging, names, present)] = made_durable
+    assert names == [*(path.name for path in files), snapshot.MANIFEST] and all(present)
+    assert staging != files[0].parent and not staging.exists()  # renamed into place afterwards
+    assert len(files) == 3 and not [path for path in fsyncs if "/data/" in path and path.endswith(".tmp")]
+    assert str(files[0].parent.parent) in fsyncs  # the rename itself
