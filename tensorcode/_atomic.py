@@ -33,8 +33,8 @@ def write_atomic(path: str | os.PathLike, data: bytes | str | Iterable[bytes], *
     """Publish ``data`` (bytes, text written as UTF-8, or an iterable of byte chunks) at ``path``.
 
     ``durable=False`` skips the fsync: the file is still published whole or not at all for every reader, but a
-    machine crash may lose it. For a caller that writes many files and makes them durable together afterwards
-    (one fsync costs milliseconds; thousands of them, most of the writing's time).
+    machine crash may lose it. For a caller that writes many files and makes them durable together afterwards:
+    an fsync waits for the disk (0.4-2.3 ms a small file, measured on one machine), once per file.
     """
     path = Path(path)
     reclaim_temporaries(path.parent, re.escape(f".{path.name}."))
