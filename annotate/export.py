@@ -126,7 +126,8 @@ def validate_filters(filters: Any) -> dict:
                                  "select by status, confidence or time instead, or export in parts")
     if clean.get("confidence_min", 0.0) > clean.get("confidence_max", 1.0):
         raise ValueError("filters: confidence_min is greater than confidence_max, so nothing can match")
-    if "after" in clean and "before" in clean and clean["after"] >= clean["before"]:
+    # Compared as times: their texts keep the offsets they were given, so they do not sort as the times do.
+    if "after" in clean and "before" in clean and parse_datetime(clean["after"]) >= parse_datetime(clean["before"]):
         raise ValueError("filters: 'after' is not earlier than 'before', so nothing can match")
     return clean
 

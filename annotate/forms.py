@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime, time
+from datetime import datetime, time, timedelta
 from typing import Any
 
 from django import forms
@@ -327,6 +327,9 @@ class ExportForm(forms.Form):
     since = forms.DateField(
         required=False, label="Answered on or after", widget=forms.DateInput(attrs={"type": "date"})
     )
+    until = forms.DateField(
+        required=False, label="Answered on or before", widget=forms.DateInput(attrs={"type": "date"})
+    )
     confidence_min = forms.FloatField(required=False, min_value=0, max_value=1, label="Min. confidence",
                                       widget=forms.NumberInput(attrs={"step": "any", "placeholder": "0"}))
     confidence_max = forms.FloatField(required=False, min_value=0, max_value=1, label="Max. confidence",
@@ -338,15 +341,29 @@ class ExportForm(forms.Form):
         self.fields["reviewer"].queryset = project.answered_by().order_by("username")
         offer_agreed_only(self.fields["agreed_only"], project)
 
+    def clean(self) -> dict:
+        """Ranges that select nothing are refused beside the field that closes them, with the values kept."""
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            self.add_error("until", f"This is before the first day, {since:%Y-%m-%d}: no answer can match.")
+        low, high = data.get("confidence_min"), data.get("confidence_max")
+        if low is not None and high is not None and low > high:
+            self.add_error("confidence_max", f"This is below the minimum, {low:g}: no item can match.")
+        return data
+
     def filters(self) -> dict:
         data = self.cleaned_data
         found: dict[str, Any] = {}
         if data.get("reviewer"):
             found["reviewers"] = [data["reviewer"].get_username()]
+        # Days start at the admin's midnight (their browser's time zone), as the site's times read; the last
+        # day is taken whole: answers before the midnight that ends it.
+        zone = timezone.get_current_timezone()
         if data.get("since"):
-            # The day starts at the admin's midnight (their browser's time zone), as the site's times read.
-            midnight = datetime.combine(data["since"], time.min, tzinfo=timezone.get_current_timezone())
-            found["after"] = midnight.isoformat()
+            found["after"] = datetime.combine(data["since"], time.min, tzinfo=zone).isoformat()
+        if data.get("until"):
+            found["before"] = datetime.combine(data["until"] + timedelta(days=1), time.min, tzinfo=zone).isoformat()
         for key in ("confidence_min", "confidence_max"):
             if data.get(key) is not None:
                 found[key] = data[key]

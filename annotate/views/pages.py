@@ -77,7 +77,12 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
     """Guidelines, counts, Start reviewing; import and export for the project's admins."""
-    project = access.member_project(request, slug)
+    return project_page(request, access.member_project(request, slug))
+
+
+def project_page(request: HttpRequest, project: Project, *, export_form: ExportForm | None = None,
+                 status: int = 200) -> HttpResponse:
+    """The project's page; with `export_form`, the export form as sent, with its errors beside its fields."""
     user = request.user
     counts = project.item_counts()
     total = sum(counts.values())
@@ -97,7 +102,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
     }
     if context["is_admin"]:
         context["import_form"] = ImportForm()
-        context["export_form"] = ExportForm(project=project)
+        context["export_form"] = export_form or ExportForm(project=project)
         context["exports"] = project.exports.all()[:5]
         context["upload_form"] = ExperienceUploadForm()
         context["uploads"] = project.experience_uploads.all()[:5]
@@ -109,7 +114,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         if context["refused"]:
             context["latest_refusal"] = (project.items.filter(status=ItemStatus.REFUSED).order_by("-id")
                                          .values_list("refusal", flat=True).first())
-    return render(request, "annotate/project_detail.html", context)
+    return render(request, "annotate/project_detail.html", context, status=status)
 
 
 def _reviewer_progress(project: Project) -> list[dict]:

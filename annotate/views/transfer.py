@@ -14,6 +14,7 @@ from django_htmx.http import HTMX_STOP_POLLING
 from annotate.forms import ExperienceUploadForm, ExportForm, ImportForm
 from annotate.models import ExperienceUpload, Export, ItemImport
 from annotate.views import access
+from annotate.views.pages import project_page
 from annotate.views.uploads import remove_row, upload_row
 
 
@@ -98,13 +99,14 @@ def upload_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 def export_create(request: HttpRequest, slug: str) -> HttpResponse:
-    """Start an export of the project's answers (experience files or flat JSONL) as a Celery task."""
+    """Start an export of the project's answers (experience files or flat JSONL) as a Celery task.
+
+    A form that cannot be used, or filters that select nothing, show the project's page again with the form as
+    sent and the reason beside it, so the admin changes a filter rather than typing them all again."""
     project = access.admin_project(request, slug)
     form = ExportForm(request.POST, project=project)
     if not form.is_valid():
-        for field, errors in form.errors.items():
-            messages.error(request, f"{field}: {' '.join(errors)}")
-        return redirect("project_detail", slug=project.slug)
+        return project_page(request, project, export_form=form, status=400)
     from annotate import export as exports
 
     try:
@@ -113,8 +115,8 @@ def export_create(request: HttpRequest, slug: str) -> HttpResponse:
             minibatch_size=form.cleaned_data["minibatch_size"], filters=form.filters(),
         )
     except ValueError as exc:
-        messages.error(request, str(exc))
-        return redirect("project_detail", slug=project.slug)
+        form.add_error(None, str(exc))
+        return project_page(request, project, export_form=form, status=400)
     messages.success(request, f"Export {export.pk} started.")
     return redirect("project_detail", slug=project.slug)
 

@@ -54,6 +54,14 @@ def test_export_refuses_impossible_filters(project, project_admin, answered, fil
         exports.create_export(project, project_admin, filters=filters)
 
 
+def test_export_compares_a_time_range_as_times_whatever_offsets_it_was_given_in() -> None:
+    # 10:00 at +05:00 is 05:00 UTC, an hour before 06:00 UTC, though its text sorts after it.
+    assert exports.validate_filters({"after": "2026-12-01T10:00:00+05:00", "before": "2026-12-01T06:00:00Z"}) == {
+        "after": "2026-12-01T10:00:00+05:00", "before": "2026-12-01T06:00:00+00:00"}
+    with pytest.raises(ValueError, match="not earlier than"):
+        exports.validate_filters({"after": "2026-12-01T06:00:00Z", "before": "2026-12-01T10:00:00+05:00"})
+
+
 def test_export_refuses_bad_minibatch_size(project, project_admin, answered) -> None:
     with pytest.raises(ValueError, match="minibatch_size"):
         exports.create_export(project, project_admin, minibatch_size=0)

@@ -10,6 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from annotate import imports, queue
 from annotate.models import (
@@ -417,13 +418,41 @@ def test_export_filters_by_confidence_and_refuses_an_impossible_range(client, pr
     url = reverse("export_create", args=[project.slug])
 
     refused = client.post(url, {"format": "jsonl", "minibatch_size": 8, "confidence_min": 0.8,
-                                "confidence_max": 0.2}, follow=True)
-    assert "confidence_min is greater than confidence_max" in refused.content.decode()
+                                "confidence_max": 0.2})
+    assert refused.status_code == 400
+    page = refused.content.decode()
+    assert "This is below the minimum, 0.8: no item can match." in page
+    assert 'name="confidence_min" value="0.8"' in page and 'name="confidence_max" value="0.2"' in page
     assert not Export.objects.exists()
 
     client.post(url, {"format": "jsonl", "minibatch_size": 8, "confidence_min": 0.5})
     export = Export.objects.get()
     assert (export.filters, export.total) == ({"confidence_min": 0.5}, 1)
+
+
+@pytest.mark.django_db
+def test_export_by_days_keeps_the_form_as_sent_when_the_days_or_the_answers_select_nothing(
+        client, project, project_admin, reviewer) -> None:
+    (item,) = ready_items(project, [0.1])
+    _answer_all([item], reviewer)
+    client.force_login(project_admin)
+    url = reverse("export_create", args=[project.slug])
+    today = timezone.localdate()
+
+    backwards = client.post(url, {"format": "jsonl", "minibatch_size": 8, "since": "2026-03-10",
+                                  "until": "2026-03-09"})
+    assert backwards.status_code == 400
+    page = backwards.content.decode()
+    assert "This is before the first day, 2026-03-10: no answer can match." in page
+    assert 'value="2026-03-10"' in page and 'value="2026-03-09"' in page and 'value="8"' in page
+
+    none = client.post(url, {"format": "jsonl", "minibatch_size": 8, "until": "2026-03-09"})
+    assert none.status_code == 400
+    assert "nothing to export" in none.content.decode() and 'value="2026-03-09"' in none.content.decode()
+    assert not Export.objects.exists()
+
+    client.post(url, {"format": "jsonl", "minibatch_size": 8, "since": today, "until": today})
+    assert Export.objects.get().total == 1
 
 
 @pytest.mark.django_db

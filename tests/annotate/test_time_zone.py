@@ -102,6 +102,18 @@ def test_export_since_starts_at_the_admins_midnight(project) -> None:
         assert datetime.fromisoformat(form.filters()["after"]) == datetime(2026, 3, 9, 18, 30, tzinfo=UTC)
 
 
+def test_export_until_takes_the_whole_last_day_to_the_admins_next_midnight(project) -> None:
+    form = ExportForm({"format": "jsonl", "minibatch_size": 32, "since": "2026-03-10", "until": "2026-03-10"},
+                      project=project)
+    assert form.is_valid(), form.errors
+
+    assert datetime.fromisoformat(form.filters()["before"]) == datetime(2026, 3, 11, tzinfo=UTC)
+    with timezone.override(ZoneInfo("Asia/Kolkata")):
+        filters = form.filters()
+    assert datetime.fromisoformat(filters["after"]) == datetime(2026, 3, 9, 18, 30, tzinfo=UTC)
+    assert datetime.fromisoformat(filters["before"]) == datetime(2026, 3, 10, 18, 30, tzinfo=UTC)
+
+
 def test_a_zone_chosen_on_the_account_page_holds_on_every_browser_before_any_script_ran(
         client, project, reviewer, ready_items) -> None:
     from django.test import Client
