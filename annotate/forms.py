@@ -358,7 +358,7 @@ class ExportForm(forms.Form):
         if data.get("reviewer"):
             found["reviewers"] = [data["reviewer"].get_username()]
         # Days start at the admin's midnight (their browser's time zone), as the site's times read; the last
-        # day is taken whole: answers before the midnight that ends it.
+        # day is taken whole, up to the midnight that ends it.
         zone = timezone.get_current_timezone()
         if data.get("since"):
             found["after"] = datetime.combine(data["since"], time.min, tzinfo=zone).isoformat()
