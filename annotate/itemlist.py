@@ -108,7 +108,7 @@ class ItemFilters:
         low, high = parsed.get("confidence_min"), parsed.get("confidence_max")
         if low is not None and high is not None and low > high:
             errors["confidence_min"] = (
-                f"confidence_min {low:g} is greater than confidence_max {high:g}, so nothing can match; "
+                f"the lowest confidence, {low:g}, is above the highest, {high:g}, so nothing can match; "
                 "swap them or widen the range"
             )
         disagreement = values.get("disagreement", "")
@@ -277,14 +277,18 @@ def _reviewer_id(project: Project, username: str) -> int | None:
             or answered.values_list("pk", flat=True).first())
 
 
+# The bounds in words: the page shows a message beside the field's label, the API under the parameter's name.
+_BOUNDS = {"confidence_min": "the lowest confidence", "confidence_max": "the highest confidence"}
+
+
 def _unit_number(name: str, text: str, errors: dict[str, str]) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        errors[name] = f"{name} must be a number from 0 to 1, not {text!r}"
+        errors[name] = f"{_BOUNDS[name]} must be a number from 0 to 1, not {text!r}"
         return None
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        errors[name] = f"{name} must be from 0 to 1 (a confidence), not {text}"
+        errors[name] = f"{_BOUNDS[name]} must be from 0 to 1, not {text}"
         return None
     return value
 

@@ -72,7 +72,7 @@ def test_impossible_filters_are_answered_with_400_and_the_reason(client, project
         page = response.content.decode()
         assert response.status_code == 400
         assert "These filters cannot be used" in page
-        assert "<strong>Confidence</strong>: confidence_min 0.9 is greater than confidence_max 0.1" in page
+        assert "<strong>Confidence</strong>: the lowest confidence, 0.9, is above the highest, 0.1, so nothing" in page
         assert "<strong>Status</strong>: unknown status &#x27;lost&#x27;" in page  # the form's labels name them
     full = client.get(items_url(project, "?status=lost")).content.decode()
     assert '<option value="lost" selected>lost</option>' in full  # the form shows what was asked

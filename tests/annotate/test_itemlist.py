@@ -86,10 +86,10 @@ def test_confidence_range_is_inclusive_and_leaves_out_items_without_prediction(p
 @pytest.mark.parametrize(
     ("params", "field", "says"),
     [
-        ({"confidence_min": "0.8", "confidence_max": "0.2"}, "confidence_min", "greater than confidence_max 0.2"),
-        ({"confidence_min": "-0.1"}, "confidence_min", "from 0 to 1"),
-        ({"confidence_max": "1.5"}, "confidence_max", "from 0 to 1"),
-        ({"confidence_max": "high"}, "confidence_max", "must be a number"),
+        ({"confidence_min": "0.8", "confidence_max": "0.2"}, "confidence_min", "0.8, is above the highest, 0.2"),
+        ({"confidence_min": "-0.1"}, "confidence_min", "the lowest confidence must be from 0 to 1, not -0.1"),
+        ({"confidence_max": "1.5"}, "confidence_max", "the highest confidence must be from 0 to 1, not 1.5"),
+        ({"confidence_max": "high"}, "confidence_max", "the highest confidence must be a number"),
         ({"confidence_min": "nan"}, "confidence_min", "from 0 to 1"),
         ({"confidence_min": "inf"}, "confidence_min", "from 0 to 1"),
     ],

@@ -107,7 +107,7 @@ def test_filters_errors_empty_state_and_pages(page, artifacts, team) -> None:
     page.get_by_label("Confidence at most").press("Enter")
     alert = page.get_by_role("alert")
     alert.wait_for()
-    assert "greater than confidence_max 0.1" in alert.inner_text()
+    assert "0.9, is above the highest, 0.1" in alert.inner_text()
     assert page.locator("#item-results tbody tr").count() == 0
     page.screenshot(path=str(artifacts / "item-list-error.png"), full_page=True)
 
