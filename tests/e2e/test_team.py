@@ -250,3 +250,35 @@ def test_what_an_admin_writes_to_adjudicate_follows_them_to_another_browser(team
     assert not AdminTyping.objects.exists()
     desk.reload()
     expect(desk.locator(".draft-restored")).to_have_count(0)
+
+
+def test_an_export_refused_for_its_days_keeps_the_form_and_shows_why_beside_it(team, open_page, artifacts) -> None:
+    """The admin gives a last day before the first: the page comes back at the export form, their values in it,
+    the reason under the range; with the range put right the export starts."""
+    for name in ("rita", "sam"):
+        reviewer = get_user_model().objects.get(username=name)
+        for item in team.items.order_by("pk"):
+            assert queue.claim_next(team, reviewer) == item
+            assert queue.submit(item, reviewer, "db").ok
+    ada = open_page("ada")
+    ada.goto(f"{ada.base_url}/projects/{team.slug}/")
+    form = ada.locator("form.export-form")
+    form.get_by_label("Minibatch size").fill("16")
+    form.get_by_label("Answered on or after").fill("2026-03-10")
+    form.get_by_label("Answered on or before").fill("2026-03-09")
+    form.get_by_role("button", name="Export").click()
+
+    expect(form.locator(".range-errors")).to_have_text(re.compile(r"This is before the first day, 2026-03-10"))
+    expect(form.get_by_label("Answered on or before")).to_have_attribute("aria-invalid", "true")
+    assert (form.get_by_label("Minibatch size").input_value(), form.get_by_label("Answered on or after").input_value(),
+            form.get_by_label("Answered on or before").input_value()) == ("16", "2026-03-10", "2026-03-09")
+    # Scrolled down to the form (the page opens at its top otherwise, the form below the fold).
+    assert ada.evaluate("[scrollY > 0, document.querySelector('#export-title').getBoundingClientRect().top < "
+                        "innerHeight]") == [True, True]
+    ada.screenshot(path=str(artifacts / "export-days-refused.png"))
+
+    form.get_by_label("Answered on or after").fill("")
+    form.get_by_label("Answered on or before").fill("")
+    form.get_by_role("button", name="Export").click()
+    expect(ada.get_by_text(re.compile(r"^Export \d+ started\.$"))).to_be_visible()
+    assert team.exports.get().minibatch_size == 16
