@@ -69,12 +69,11 @@ def make_durable(directory: Path, names: Iterable[str]) -> None:
 
 
 def sync_directory(directory: Path) -> None:
-    """Flush `directory`'s entries (files renamed into it) to disk."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Flush `directory`'s entries (files renamed into it) to disk: the library's own helper, which its
+    checkpoints use for the same (our library, so its private helper is ours to share)."""
+    from tensorcode._atomic import fsync_directory
+
+    fsync_directory(directory)
 
 
 def _syncfs():
