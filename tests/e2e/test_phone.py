@@ -67,6 +67,13 @@ def test_every_page_of_a_busy_project_fits_a_phone(page, artifacts, django_user_
         assert overflow <= 0, (f"/{path} is {overflow}px wider than a phone's screen: "
                                f"{page.evaluate(WIDER_THAN_THE_SCREEN)}")
 
+    # The item list's and the disagreement list's inputs keep a readable width: the table scrolls in its box
+    # rather than breaking the inputs a word (or a few letters) a line.
+    for path, cell in (("items/", ".item-table td.preview"), ("disagreements/", ".disagreements td:nth-child(2)")):
+        page.goto(f"{page.base_url}/projects/outages/{path}")
+        widths = page.locator(cell).evaluate_all("all => all.map(c => c.getBoundingClientRect().width)")
+        assert widths and min(widths) >= 150, f"/{path}: the inputs column is {widths} px wide on a phone"
+
     # A team's accounts made at once: their set-password links fit too.
     page.goto(f"{page.base_url}/projects/outages/settings/")
     # Each member's row stacks: their buttons are on the screen, not past the right edge of the list's box.
