@@ -114,6 +114,10 @@ def export_create(request: HttpRequest, slug: str) -> HttpResponse:
             project, request.user, format=form.cleaned_data["format"],
             minibatch_size=form.cleaned_data["minibatch_size"], filters=form.filters(),
         )
+    except exports.NothingSelected:  # said as the page speaks, not as the API's and the command's "export: ..."
+        form.add_error(None, "No reviewed answer matches these filters, so there is nothing to export: widen one "
+                             "(more days, a wider confidence range, every reviewer).")
+        return project_page(request, project, export_form=form, status=400)
     except ValueError as exc:
         form.add_error(None, str(exc))
         return project_page(request, project, export_form=form, status=400)

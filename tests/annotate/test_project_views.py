@@ -232,7 +232,9 @@ def test_export_with_nothing_selected_says_so(client, project, project_admin) ->
     response = client.post(reverse("export_create", args=[project.slug]),
                            {"format": "experience", "minibatch_size": 8}, follow=True)
 
-    assert "nothing to export" in response.content.decode()
+    page = response.content.decode()
+    assert "No reviewed answer matches these filters, so there is nothing to export: widen one" in page
+    assert "export: no reviewed" not in page  # the command's and the API's wording, not the page's
     assert not Export.objects.exists()
 
 
