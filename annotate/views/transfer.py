@@ -96,6 +96,10 @@ def upload_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
                       page=reverse("project_detail", args=[project.slug]))
 
 
+NOTHING_TO_EXPORT = ("No reviewed answer matches these filters, so there is nothing to export: widen one "
+                     "(more days, a wider confidence range, every reviewer).")
+
+
 @require_POST
 @login_required
 def export_create(request: HttpRequest, slug: str) -> HttpResponse:
@@ -114,12 +118,8 @@ def export_create(request: HttpRequest, slug: str) -> HttpResponse:
             project, request.user, format=form.cleaned_data["format"],
             minibatch_size=form.cleaned_data["minibatch_size"], filters=form.filters(),
         )
-    except exports.NothingSelected:  # said as the page speaks, not as the API's and the command's "export: ..."
-        form.add_error(None, "No reviewed answer matches these filters, so there is nothing to export: widen one "
-                             "(more days, a wider confidence range, every reviewer).")
-        return project_page(request, project, export_form=form, status=400)
-    except ValueError as exc:
-        form.add_error(None, str(exc))
+    except ValueError as exc:  # nothing selected is said as the page speaks, not as the API's "export: ..."
+        form.add_error(None, NOTHING_TO_EXPORT if isinstance(exc, exports.NothingSelected) else str(exc))
         return project_page(request, project, export_form=form, status=400)
     messages.success(request, f"Export {export.pk} started.")
     return redirect("project_detail", slug=project.slug)
