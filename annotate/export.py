@@ -68,7 +68,8 @@ class NothingSelected(ValueError):
 def validate_filters(filters: Any) -> dict:
     """Normalized filters; `ValueError` naming the bad key or value (impossible ranges included).
 
-    Keys: `reviewers` (usernames), `after`/`before` (ISO 8601 times of the answer's last change),
+    Keys: `reviewers` (usernames), `after`/`before` (ISO 8601 times: answers last changed at or after `after` and
+    before `before`, so one selection's `before` is the next one's `after` and no answer is in both or neither),
     `confidence_min`/`confidence_max` (the item's prediction confidence, 0..1), `item_status` ("done" or
     "ready"; an item still collecting answers under overlap > 1 is "ready"), `item_ids` (ids, at most
     `MAX_ITEM_IDS`), `agreed_only` (true: leave out the answers of items whose reviewers disagree and that no
@@ -138,9 +139,9 @@ def selected_answers(project: Project, filters: dict) -> QuerySet[Answer]:
     if "reviewers" in filters:
         answers = answers.filter(reviewer__username__in=filters["reviewers"])
     if "after" in filters:
-        answers = answers.filter(updated_at__gt=datetime.fromisoformat(filters["after"]))
+        answers = answers.filter(updated_at__gte=datetime.fromisoformat(filters["after"]))
     if "before" in filters:
-        answers = answers.filter(updated_at__lte=datetime.fromisoformat(filters["before"]))
+        answers = answers.filter(updated_at__lt=datetime.fromisoformat(filters["before"]))
     if "confidence_min" in filters:
         answers = answers.filter(item__confidence__gte=filters["confidence_min"])
     if "confidence_max" in filters:

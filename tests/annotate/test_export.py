@@ -6,12 +6,14 @@ import contextlib
 import json
 import os
 import zipfile
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from annotate import export as exports
 from annotate import queue, storage, tasks, tooling
-from annotate.models import ExportFormat, ExportState
+from annotate.forms import ExportForm
+from annotate.models import Answer, ExportFormat, ExportState
 from tensorcode import training
 
 pytestmark = pytest.mark.django_db
@@ -60,6 +62,32 @@ def test_export_compares_a_time_range_as_times_whatever_offsets_it_was_given_in(
         "after": "2026-12-01T10:00:00+05:00", "before": "2026-12-01T06:00:00+00:00"}
     with pytest.raises(ValueError, match="not earlier than"):
         exports.validate_filters({"after": "2026-12-01T06:00:00Z", "before": "2026-12-01T10:00:00+05:00"})
+
+
+def test_a_time_range_takes_answers_from_after_up_to_before_so_consecutive_ranges_neither_miss_nor_repeat(
+        project, answered) -> None:
+    """`after` is inclusive and `before` exclusive: an answer changed exactly at a boundary falls in the range that
+    starts there, and the export form's days are whole days."""
+    midnight = datetime(2026, 3, 10, tzinfo=UTC)
+    changed = [midnight - timedelta(microseconds=1), midnight, midnight + timedelta(hours=12),
+               midnight + timedelta(days=1) - timedelta(microseconds=1), midnight + timedelta(days=1)]
+    answers = list(Answer.objects.filter(item__in=answered).order_by("id"))
+    for answer, when in zip(answers, changed, strict=True):
+        Answer.objects.filter(pk=answer.pk).update(updated_at=when)
+
+    def selected(after, before) -> list[int]:
+        filters = exports.validate_filters({"after": after.isoformat(), "before": before.isoformat()})
+        return [answer.pk for answer in exports.selected_answers(project, filters)]
+
+    day_before = selected(midnight - timedelta(days=1), midnight)
+    the_day = selected(midnight, midnight + timedelta(days=1))
+    assert day_before == [answers[0].pk]
+    assert the_day == [answers[1].pk, answers[2].pk, answers[3].pk]
+    # The form's "from 10 March to 10 March" is the same day, from its midnight up to the next.
+    form = ExportForm({"format": "jsonl", "minibatch_size": 32, "since": "2026-03-10", "until": "2026-03-10"},
+                      project=project)
+    assert form.is_valid(), form.errors
+    assert [answer.pk for answer in exports.selected_answers(project, form.filters())] == the_day
 
 
 def test_export_refuses_bad_minibatch_size(project, project_admin, answered) -> None:
