@@ -83,6 +83,7 @@ def validate_filters(filters: Any) -> dict:
     if unknown:
         raise ValueError(f"filters: unknown key {unknown[0]!r}; valid keys: {', '.join(FILTER_KEYS)}")
     clean: dict = {}
+    moments: dict = {}  # `after` and `before` as times: their texts keep their offsets, so they do not sort as times
     for key, value in filters.items():
         if value in (None, "", []):
             continue
@@ -98,7 +99,7 @@ def validate_filters(filters: Any) -> dict:
                 raise ValueError(f"filters.{key}: expected an ISO 8601 time like 2026-12-01T08:00:00Z, got {value!r}")
             if timezone.is_naive(moment):
                 moment = timezone.make_aware(moment, timezone.utc)
-            clean[key] = moment.isoformat()
+            moments[key], clean[key] = moment, moment.isoformat()
         elif key in ("confidence_min", "confidence_max"):
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                 raise ValueError(f"filters.{key}: expected a number between 0 and 1")
@@ -127,8 +128,7 @@ def validate_filters(filters: Any) -> dict:
                                  "select by status, confidence or time instead, or export in parts")
     if clean.get("confidence_min", 0.0) > clean.get("confidence_max", 1.0):
         raise ValueError("filters: confidence_min is greater than confidence_max, so nothing can match")
-    # Compared as times: their texts keep the offsets they were given, so they do not sort as the times do.
-    if "after" in clean and "before" in clean and parse_datetime(clean["after"]) >= parse_datetime(clean["before"]):
+    if len(moments) == 2 and moments["after"] >= moments["before"]:
         raise ValueError("filters: 'after' is not earlier than 'before', so nothing can match")
     return clean
 
