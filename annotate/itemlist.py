@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import BooleanField, Exists, F, Func, OuterRef, Q, QuerySet, TextField, Value
+from django.db.models import BooleanField, Exists, Expression, F, Func, OuterRef, Q, QuerySet, TextField, Value
 from django.db.models.fields.json import KT
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
 from django.db.models.functions import Cast, Coalesce, Left
@@ -388,11 +388,18 @@ def _rows(ids: list[int]) -> list[dict]:
     return [by_id[pk] for pk in ids if pk in by_id]
 
 
-class _InputsVector(Func):
-    """The words of `inputs`' string values (not its keys): what the PostgreSQL GIN index holds."""
+class _SearchWords(Expression):
+    """The words of the item's `inputs` (its string values, not its keys) that PostgreSQL keeps beside them:
+    `search_words`, a generated column with its GIN index (migration 0021), read here and nowhere else.
 
-    function = "jsonb_to_tsvector"
-    template = "%(function)s('simple'::regconfig, %(expressions)s, '[\"string\"]'::jsonb)"
+    Stored, because a search the planner answers by walking the items in the page's order filters each one: on
+    the stored words that costs a small read, where computing them from the JSON took 30 us an item.
+    """
+
+    output_field = TextField()  # a tsvector; only ever compared with a tsquery, never read into Python
+
+    def as_sql(self, compiler, connection):
+        return f"{compiler.quote_name_unless_alias(compiler.query.base_table)}.search_words", []
 
 
 class _Matches(Func):
@@ -411,7 +418,7 @@ def _search(items: QuerySet, terms: tuple[str, ...]) -> QuerySet:
     if connection.vendor == "postgresql":
         # Terms are runs of word characters, so no tsquery operator can reach the query.
         query = " & ".join(f"{term}:*" for term in terms)
-        return items.filter(_Matches(_InputsVector(F("inputs")), _PrefixQuery(Value(query))))
+        return items.filter(_Matches(_SearchWords(), _PrefixQuery(Value(query))))
     text = Cast("inputs", TextField())
     condition = Q()
     for term in terms:
