@@ -6,7 +6,8 @@ past the last row seen (`after`) or before the first (`before`): no OFFSET, so p
 costs, and no COUNT(*) over the whole match (the first page counts up to `COUNT_CAP`, later pages not at all).
 
 Orders: `id`, `-id`, `confidence`, `-confidence` (the queue's confidence, `Item.confidence`; items without a
-prediction come last either way). Each is one range scan of an index declared on `Item`.
+prediction come last either way). Each is one range scan of an index declared on `Item`. A search (`q`) on
+PostgreSQL reads up to `COUNT_CAP + 1` matching ids through its own index before any page (`_indexed_matches`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The words of an item's inputs, stored beside them on PostgreSQL, so that a search never recomputes them.
 
 Migration 0004 indexed the expression `jsonb_to_tsvector('simple', inputs, '["string"]')`. The index answers a
-search when the planner reads it, but PostgreSQL guesses the share of items a word-prefix query matches
-(about 2% whatever the word), so for a rare word it walks the items in the page's order and filters each one,
-computing its words afresh: 30 us an item, 3 s for a search with no match at 100,000 items. `search_words` is
-a generated column holding those words (PostgreSQL computes it when `inputs` is written), with the GIN index on
-it: a search that filters every item now reads 0.4 KB a row instead of parsing its JSON (0.14 s for 200,000
-items on the development machine), and one the planner answers from the index is as fast as before.
+search when the planner reads it, but PostgreSQL guesses that a word-prefix query matches a small share of items
+(1-2% here) whatever the word, so for a rare word it walked the items in the page's order and filtered each
+one, computing its words afresh: 30 us an item, 3 s for a search with no match at 100,000 items. `search_words`
+is a generated column holding those words (PostgreSQL computes it when `inputs` is written), with the GIN index
+on it: a search that filters every item reads 0.4 KB a row instead of parsing its JSON (0.14 s for 200,000 items
+on the development machine). The item list also reads a search's matches through the index first now
+(`annotate.itemlist.page`).
 
 The column exists on PostgreSQL only and is not a field of `Item`: the ORM never reads or writes it (the item
 pages and the claim do not carry its 0.4 KB a row), and `annotate.itemlist` names it in the search alone.
