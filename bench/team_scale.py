@@ -377,7 +377,7 @@ def _server_times(base: str, seeded: dict, rounds: int) -> dict:
 
 
 def _item_list(base: str, seeded: dict, rounds: int) -> dict:
-    """The filtered item list's p95, when the site has one (`projects/<slug>/items/`)."""
+    """The filtered item list's p95, and a search's for a word no item holds, when the site has a list."""
     session = Session(base, seeded["users"][-1])
     path = f"/projects/{REVIEW}/items/?{urlencode(LIST_FILTERS)}"
     if session.request("GET", path).status == 404:
