@@ -29,6 +29,7 @@ from annotate.deletion import by_pks
 from annotate.models import Answer, Item, ItemStatus, ModelVersion, Project
 
 PAGE_SIZE = 50
+WORDS = "search_words"  # on PostgreSQL, the column of each item's words (migration 0021; not a field of `Item`)
 COUNT_CAP = 1000  # matching items are counted up to here ("more than 1,000")
 MAX_QUERY_CHARS = 200
 MAX_TERMS = 8
@@ -435,7 +436,7 @@ class _SearchWords(Expression):
     output_field = TextField()  # a tsvector; only ever compared with a tsquery, never read into Python
 
     def as_sql(self, compiler, connection):
-        return f"{compiler.quote_name_unless_alias(compiler.query.base_table)}.search_words", []
+        return f"{compiler.quote_name_unless_alias(compiler.query.base_table)}.{WORDS}", []
 
 
 class _Matches(Func):
@@ -466,7 +467,7 @@ def _indexed_matches(project: Project, terms: tuple[str, ...], limit: int) -> li
     with connection.cursor() as cursor:
         cursor.execute(
             f"WITH found AS MATERIALIZED (SELECT id FROM {Item._meta.db_table} WHERE project_id = %s AND "
-            "search_words @@ to_tsquery('simple'::regconfig, %s)) SELECT id FROM found LIMIT %s",
+            f"{WORDS} @@ to_tsquery('simple'::regconfig, %s)) SELECT id FROM found LIMIT %s",
             [project.pk, _prefix_query(terms), limit],
         )
         return [row[0] for row in cursor.fetchall()]
