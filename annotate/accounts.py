@@ -206,9 +206,9 @@ def send_forgotten(request, given: str) -> None:
 
 
 # -- failed sign-ins -----------------------------------------------------------------------------------------------
-def _failures_key(username: str, address: str) -> str:
+def _window_key(username: str, address: str) -> str:
     # A username is the user's to type: hashed, any text makes a valid cache key.
-    return "signin-failures:" + hashlib.sha256(f"{username.casefold()}\0{address}".encode()).hexdigest()
+    return "signin-window:" + hashlib.sha256(f"{username.casefold()}\0{address}".encode()).hexdigest()
 
 
 def signin_wait(username: str, address: str) -> int:
@@ -218,23 +218,39 @@ def signin_wait(username: str, address: str) -> int:
     from that address until the window since the first failure has passed. Keyed by name and address, so
     somebody guessing at one account neither locks its owner out elsewhere nor slows anyone else.
     """
-    failures, since = cache.get(_failures_key(username, address), (0, 0.0))
-    if failures < settings.TC_SIGNIN_FAILURES:
+    key = _window_key(username, address)
+    since = cache.get(key)
+    if since is None or cache.get(f"{key}:{since!r}", 0) < settings.TC_SIGNIN_FAILURES:
         return 0
     return max(0, math.ceil(since + settings.TC_SIGNIN_LOCK_MINUTES * 60 - _now()))
 
 
 def signin_failed(username: str, address: str) -> None:
-    key = _failures_key(username, address)
+    """Count a failed sign-in in the window its name and address have open, opening one at the first failure.
+
+    The window's start and its count are written with `add` and `incr`, each one step on the cache server, so
+    guesses sent at once to several web processes are all counted (reading the count and writing it back lost
+    some); each window counts under a key of its own, so a new one never has to reset an old count.
+    """
+    key = _window_key(username, address)
     now = _now()
-    failures, since = cache.get(key, (0, now))
-    if since + settings.TC_SIGNIN_LOCK_MINUTES * 60 <= now:  # an old window the cache has not dropped yet
-        failures, since = 0, now
-    cache.set(key, (failures + 1, since), timeout=math.ceil(since + settings.TC_SIGNIN_LOCK_MINUTES * 60 - now))
+    window = settings.TC_SIGNIN_LOCK_MINUTES * 60
+    since = now if cache.add(key, now, timeout=math.ceil(window)) else cache.get(key)
+    if since is None or since + window <= now:  # closed just now, or left by a cache that has not dropped it yet
+        since = now
+        cache.set(key, since, timeout=math.ceil(window))
+    counter, left = f"{key}:{since!r}", math.ceil(since + window - now)
+    cache.add(counter, 0, timeout=left)
+    try:
+        cache.incr(counter)
+    except ValueError:  # the window's count expired between the two calls
+        cache.set(counter, 1, timeout=left)
 
 
 def signin_succeeded(username: str, address: str) -> None:
-    cache.delete(_failures_key(username, address))
+    key = _window_key(username, address)
+    since = cache.get(key)
+    cache.delete_many([key] if since is None else [key, f"{key}:{since!r}"])
 
 
 def _now() -> float:

@@ -257,6 +257,49 @@ def test_a_successful_sign_in_forgets_the_failures_before_it(client, reviewer, f
     assert sign_in_as(client, "a-long-password").status_code == 302  # nine again, not eighteen
 
 
+@pytest.mark.redis
+def test_guesses_sent_at_once_to_several_web_processes_are_all_counted(settings) -> None:
+    """Eight guessers at once, each thread with its own Redis connection as each web process has: every failure
+    counts towards the lock (reading the count and writing it back, most were lost)."""
+    import os
+    import threading
+
+    from django.core.cache import cache
+
+    from annotate import accounts
+    from tests.conftest import REDIS_URL
+
+    settings.CACHES = {"default": {"BACKEND": "annotate.cache.RedisCache", "LOCATION": REDIS_URL,
+                                   "KEY_PREFIX": f"tc-test-signin-{os.getpid()}"}}
+    settings.TC_SIGNIN_FAILURES = 80
+    start = threading.Barrier(8)
+    failed: list[BaseException] = []
+
+    def guess() -> None:
+        try:
+            start.wait(timeout=30)
+            for _ in range(10):
+                accounts.signin_failed("rita", "203.0.113.7")
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            failed.append(exc)
+
+    guessers = [threading.Thread(target=guess) for _ in range(8)]
+    for thread in guessers:
+        thread.start()
+    for thread in guessers:
+        thread.join(timeout=60)
+    try:
+        assert not failed
+        assert accounts.signin_wait("rita", "203.0.113.7") > 0  # all 80 counted
+        accounts.signin_failed("rita", "198.51.100.2")
+        assert accounts.signin_wait("rita", "198.51.100.2") == 0
+    finally:
+        accounts.signin_succeeded("rita", "203.0.113.7")
+        accounts.signin_succeeded("rita", "198.51.100.2")
+    assert accounts.signin_wait("rita", "203.0.113.7") == 0
+    assert not [key for key in cache._cache.get_client().keys(f"tc-test-signin-{os.getpid()}:*")]
+
+
 @pytest.mark.django_db
 def test_the_admins_sign_in_page_is_limited_too(client, django_user_model, fresh_cache) -> None:
     django_user_model.objects.create_superuser("boss", password="a-long-password")
