@@ -9,7 +9,7 @@ from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 
-from annotate import accounts, deletion, imports
+from annotate import accounts, deletion, imports, queue
 from annotate.models import (
     Adjudication,
     AdjudicationRevision,
@@ -84,6 +84,12 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
 
     delete_one = staticmethod(deletion.delete_project)
     refusal = deletion.ProjectBusy
+
+    def save_model(self, request, obj, form, change) -> None:
+        """As the site's settings page does: a changed overlap finishes or reopens the items it concerns."""
+        super().save_model(request, obj, form, change)
+        if change and "overlap" in form.changed_data:
+            queue.apply_overlap(obj)
 
 
 @admin.register(Membership)

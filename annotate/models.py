@@ -64,7 +64,8 @@ class Project(models.Model):
     )
     overlap = models.PositiveIntegerField(
         default=1, validators=[MinValueValidator(1), MaxValueValidator(100)],
-        help_text="How many reviewers label each item.",
+        help_text="How many reviewers label each item. Raised, finished items go back to the queue for the answers "
+                  "they lack (adjudicated ones stay finished); lowered, items with enough answers are finished.",
     )
     lease_seconds = models.PositiveIntegerField(
         default=600, validators=[MinValueValidator(10)], help_text="How long a claim on an item lasts."

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, Exists, OuterRef, Q, Value, When
 from django.utils import timezone
 
 from annotate import agreement, hotpath, tooling
@@ -345,6 +345,30 @@ def _finish(item: Item, user, kind: str, target, reason: str, now) -> Outcome:
         _settle(item, project)
         _unmirror(item, user)
         return Outcome(answer, "submitted", "Skipped." if kind == AnswerKind.SKIP else "Submitted.")
+
+
+def apply_overlap(project: Project) -> tuple[int, int]:
+    """Bring the items' status in line with `project.overlap` after it changed: (finished, reopened).
+
+    Lowered, a ready item that already has as many final answers is finished ("done" if any of them is a target,
+    "skipped" if all skipped), as the last of them would have finished it. Raised, a finished item with fewer
+    goes back to the queue for the answers it now lacks, from reviewers who have not answered it; an adjudicated
+    item stays finished, its target already decided. Answers and claims are untouched. Safe to repeat.
+    """
+    items = Item.objects.filter(project=project)
+    with transaction.atomic():
+        finished = items.filter(status=ItemStatus.READY, final_answers__gte=project.overlap).update(
+            status=Case(
+                When(Exists(Answer.objects.filter(item=OuterRef("pk"), kind=AnswerKind.TARGET)),
+                     then=Value(ItemStatus.DONE)),
+                default=Value(ItemStatus.SKIPPED),
+            )
+        )
+        reopened = items.filter(
+            status__in=FINISHED_STATUSES, final_answers__lt=project.overlap, prediction__isnull=False,
+            adjudication__isnull=True,
+        ).update(status=ItemStatus.READY)
+    return finished, reopened
 
 
 def _settle(item: Item, project: Project) -> None:

@@ -19,9 +19,9 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from annotate import accounts, deletion, guidelines, progress, tasks
+from annotate import accounts, deletion, guidelines, progress, queue, tasks
 from annotate.forms import MemberForm, ProjectDeleteForm, ProjectForm, VersionForm
-from annotate.models import Claim, Item, ItemStatus, Membership, ModelVersion, Role
+from annotate.models import Claim, Item, ItemStatus, Membership, ModelVersion, Project, Role
 from annotate.views import access
 
 logger = logging.getLogger(__name__)
@@ -56,9 +56,23 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
     form = ProjectForm(request.POST or None, instance=project)
     if request.method == "POST" and form.is_valid():
         form.save()
-        messages.success(request, "Project settings saved.")
+        messages.success(request, " ".join(["Project settings saved.", *_overlap_applied(project)]))
         return redirect("project_settings", slug=project.slug)
     return render(request, "annotate/project_form.html", _settings_context(request, project, form=form))
+
+
+def _overlap_applied(project: Project) -> list[str]:
+    """Items finished or sent back to the queue by the project's overlap (`queue.apply_overlap`), in words."""
+    finished, reopened = queue.apply_overlap(project)
+    said = []
+    if finished:
+        said.append(f"{finished:,} {'item' if finished == 1 else 'items'} already had {project.overlap} "
+                    f"{'answer' if project.overlap == 1 else 'answers'} and {'is' if finished == 1 else 'are'} "
+                    f"now finished.")
+    if reopened:
+        said.append(f"{reopened:,} finished {'item' if reopened == 1 else 'items'} with fewer than "
+                    f"{project.overlap} answers went back to the queue.")
+    return said
 
 
 @require_POST

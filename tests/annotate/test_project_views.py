@@ -396,6 +396,71 @@ def test_admin_adds_member_and_changes_guidelines(client, project, project_admin
     assert (project.tool, project.mode) == ("decision", "rank")
 
 
+def _settings(overlap: int) -> dict:
+    return {"name": "Outages", "guidelines": "Pick the cause.", "configuration": '{"dim": 8, "buckets": 64}',
+            "overlap": overlap, "lease_seconds": 600}
+
+
+@pytest.mark.django_db
+def test_changing_the_overlap_on_the_settings_page_finishes_or_reopens_items_and_says_how_many(
+        client, project, project_admin, reviewer, second_reviewer) -> None:
+    project.overlap = 3
+    project.save()
+    twice, once = ready_items(project, [0.1, 0.2])
+    for user in (reviewer, second_reviewer):
+        assert queue.claim_next(project, user) == twice
+        queue.submit(twice, user, "db")
+    assert queue.claim_next(project, reviewer) == once
+    queue.submit(once, reviewer, "db")
+    client.force_login(project_admin)
+    url = reverse("project_settings", args=[project.slug])
+
+    page = client.post(url, _settings(overlap=2), follow=True).content.decode()
+
+    assert "Project settings saved. 1 item already had 2 answers and is now finished." in page
+    assert dict(Item.objects.filter(project=project).values_list("pk", "status")) == {
+        twice.pk: ItemStatus.DONE, once.pk: ItemStatus.READY}
+
+    page = client.post(url, _settings(overlap=3), follow=True).content.decode()
+
+    assert "Project settings saved. 1 finished item with fewer than 3 answers went back to the queue." in page
+    assert set(Item.objects.filter(project=project).values_list("status", flat=True)) == {ItemStatus.READY}
+
+    page = client.post(url, _settings(overlap=1), follow=True).content.decode()  # below 2 answers: refused
+
+    assert "Some items already have 2 answers; the overlap cannot be lower than that." in page
+    project.refresh_from_db()
+    assert project.overlap == 3
+    assert set(Item.objects.filter(project=project).values_list("status", flat=True)) == {ItemStatus.READY}
+
+
+@pytest.mark.django_db
+def test_the_django_admin_applies_a_changed_overlap_too(rf, project, reviewer, django_user_model) -> None:
+    from django.contrib.admin.sites import site
+
+    project.overlap = 2
+    project.save()
+    (item,) = ready_items(project, [0.1])
+    assert queue.claim_next(project, reviewer) == item
+    queue.submit(item, reviewer, "db")
+    model_admin = site._registry[Project]
+    request = rf.post("/")
+    request.user = django_user_model.objects.create_superuser("root", password="a-long-password")
+    form_class = model_admin.get_form(request, project, change=True)
+    unbound = form_class(instance=project)
+    data = {name: unbound[name].field.prepare_value(unbound[name].value()) for name in unbound.fields}
+    created = timezone.localtime(data.pop("created_at"))  # the admin's split date and time widget
+    form = form_class({**{k: v for k, v in data.items() if v is not None}, "overlap": 1,
+                       "created_at_0": created.date().isoformat(), "created_at_1": created.time().isoformat()},
+                      instance=project)
+    assert form.is_valid(), form.errors
+    assert "overlap" in form.changed_data
+
+    model_admin.save_model(request, form.save(commit=False), form, change=True)
+
+    assert Item.objects.get(pk=item.pk).status == ItemStatus.DONE
+
+
 @pytest.mark.django_db
 def test_admin_sees_each_reviewers_progress(client, project, project_admin, reviewer, second_reviewer) -> None:
     first, second = ready_items(project, [0.1, 0.2])

@@ -395,6 +395,61 @@ def test_overlap_cannot_be_lowered_below_existing_answers(ready_items, project, 
         project.full_clean()
 
 
+def test_a_lowered_overlap_finishes_the_items_that_already_have_enough_answers(ready_items, project, reviewer,
+                                                                            second_reviewer) -> None:
+    project.overlap = 3
+    project.save()
+    answered, skipped, once, untouched = ready_items(project, [0.1, 0.2, 0.3, 0.4])
+    for user in (reviewer, second_reviewer):
+        assert queue.claim_next(project, user) == answered
+        queue.submit(answered, user, "db")
+        assert queue.claim_next(project, user) == skipped
+        queue.skip(skipped, user, "unreadable")
+    assert queue.claim_next(project, reviewer) == once
+    queue.submit(once, reviewer, "db")
+
+    project.overlap = 2
+    project.save()
+    assert queue.apply_overlap(project) == (2, 0)
+
+    statuses = dict(Item.objects.filter(project=project).values_list("pk", "status"))
+    assert statuses == {answered.pk: ItemStatus.DONE, skipped.pk: ItemStatus.SKIPPED, once.pk: ItemStatus.READY,
+                        untouched.pk: ItemStatus.READY}
+    assert Answer.objects.filter(item__project=project).count() == 5  # nothing lost
+    assert queue.claim_next(project, second_reviewer) == once  # the one still lacking an answer
+    assert queue.apply_overlap(project) == (0, 0)  # safe to repeat
+
+
+def test_a_raised_overlap_sends_finished_items_back_for_the_answers_they_lack(ready_items, project, reviewer,
+                                                                            second_reviewer, project_admin) -> None:
+    from annotate import adjudication
+
+    project.overlap = 2
+    project.save()
+    disputed, agreed, single = ready_items(project, [0.1, 0.2, 0.3])
+    for user, target in ((reviewer, "db"), (second_reviewer, "dns")):
+        assert queue.claim_next(project, user) == disputed
+        queue.submit(disputed, user, target)
+        assert queue.claim_next(project, user) == agreed
+        queue.submit(agreed, user, "db")
+    adjudication.adjudicate(Item.objects.get(pk=disputed.pk), project_admin, target="db")
+    project.overlap = 1
+    project.save()
+    assert queue.claim_next(project, reviewer) == single
+    queue.submit(single, reviewer, "db")
+
+    project.overlap = 3
+    project.save()
+    assert queue.apply_overlap(project) == (0, 2)
+
+    statuses = dict(Item.objects.filter(project=project).values_list("pk", "status"))
+    assert statuses == {disputed.pk: ItemStatus.DONE, agreed.pk: ItemStatus.READY, single.pk: ItemStatus.READY}
+    assert queue.claim_next(project, reviewer) is None  # never the same reviewer twice
+    assert queue.claim_next(project, second_reviewer) == single
+    queue.submit(single, second_reviewer, "db")
+    assert Item.objects.get(pk=single.pk).status == ItemStatus.READY  # two of three answers
+
+
 def _two_answers(project, item, reviewer, second_reviewer, first: str, second: str) -> None:
     project.overlap = 2
     project.save()
