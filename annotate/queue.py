@@ -36,6 +36,10 @@ LEASE_LOST = (
     "Your claim on this item expired or another reviewer took it, so your answer was not submitted. "
     "It is kept as a draft: submit again to take the item back, if a reviewer's place on it is still free."
 )
+FINISHED_MEANWHILE = (
+    "This item was finished while you worked on it (it has every answer its project's overlap asks for), so your "
+    "answer was not submitted. It is kept as a draft."
+)
 
 
 class InvalidTarget(ValueError):
@@ -337,6 +341,9 @@ def _finish(item: Item, user, kind: str, target, reason: str, now) -> Outcome:
             return Outcome(answer, "edited", "Your answer was updated; the earlier one is kept in its history.")
         claim = Claim.objects.filter(item=item, reviewer=user, expires_at__gt=now).first()
         if claim is None or item.status != ItemStatus.READY:
+            if item.status in FINISHED_STATUSES:  # by others after the lease ended, or by a lowered overlap
+                answer = _write(answer, item, user, AnswerKind.DRAFT, target, reason, "kept as draft: item finished")
+                return Outcome(answer, "draft", FINISHED_MEANWHILE)
             answer = _write(answer, item, user, AnswerKind.DRAFT, target, reason, "kept as draft: lease lost")
             return Outcome(answer, "draft", LEASE_LOST)
         answer = _write(answer, item, user, kind, target, reason, "skipped" if kind == AnswerKind.SKIP else "")

@@ -420,6 +420,25 @@ def test_a_lowered_overlap_finishes_the_items_that_already_have_enough_answers(r
     assert queue.apply_overlap(project) == (0, 0)  # safe to repeat
 
 
+def test_a_claim_on_an_item_a_lowered_overlap_finished_keeps_its_answer_as_a_draft_and_says_why(
+        ready_items, project, reviewer, second_reviewer) -> None:
+    project.overlap = 2
+    project.save()
+    (item,) = ready_items(project, [0.1])
+    assert queue.claim_next(project, reviewer) == item
+    assert queue.claim_next(project, second_reviewer) == item
+    queue.submit(item, reviewer, "db")
+    project.overlap = 1
+    project.save()
+    assert queue.apply_overlap(project) == (1, 0)
+
+    outcome = queue.submit(Item.objects.get(pk=item.pk), second_reviewer, "dns")
+
+    assert (outcome.status, outcome.message) == ("draft", queue.FINISHED_MEANWHILE)
+    assert (outcome.answer.kind, outcome.answer.target) == (AnswerKind.DRAFT, "dns")
+    assert outcome.answer.revisions.get().note == "kept as draft: item finished"
+
+
 def test_a_raised_overlap_sends_finished_items_back_for_the_answers_they_lack(ready_items, project, reviewer,
                                                                             second_reviewer, project_admin) -> None:
     from annotate import adjudication
