@@ -358,11 +358,14 @@ def apply_overlap(project: Project) -> tuple[int, int]:
     """Bring the items' status in line with `project.overlap` after it changed: (finished, reopened).
 
     Lowered, a ready item that already has as many final answers is finished ("done" if any of them is a target,
-    "skipped" if all skipped), as the last of them would have finished it. Raised, a finished item with fewer
-    goes back to the queue for the answers it now lacks, from reviewers who have not answered it; an adjudicated
-    item stays finished, its target already decided. Answers and claims are untouched. Safe to repeat.
+    "skipped" if all skipped), as the last of them would have finished it, and the leases still open on it end
+    now (the claims stay, with what their reviewers typed; an answer sent after is kept as a draft). Raised, a
+    finished item with fewer goes back to the queue for the answers it now lacks, from reviewers who have not
+    answered it; an adjudicated item stays finished, its target already decided. Answers are untouched. Safe to
+    repeat.
     """
     items = Item.objects.filter(project=project)
+    now = timezone.now()
     with transaction.atomic():
         finished = items.filter(status=ItemStatus.READY, final_answers__gte=project.overlap).update(
             status=Case(
@@ -371,6 +374,10 @@ def apply_overlap(project: Project) -> tuple[int, int]:
                 default=Value(ItemStatus.SKIPPED),
             )
         )
+        if finished:  # a finished item holds no open lease (the queue never leaves one on it otherwise)
+            Claim.objects.filter(item__project=project, item__status__in=FINISHED_STATUSES,
+                                 expires_at__gt=now).update(expires_at=now)
+            items.filter(status__in=FINISHED_STATUSES, claim_expires_at__gt=now).update(claim_expires_at=now)
         reopened = items.filter(
             status__in=FINISHED_STATUSES, final_answers__lt=project.overlap, prediction__isnull=False,
             adjudication__isnull=True,

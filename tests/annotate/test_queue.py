@@ -432,6 +432,11 @@ def test_a_claim_on_an_item_a_lowered_overlap_finished_keeps_its_answer_as_a_dra
     project.save()
     assert queue.apply_overlap(project) == (1, 0)
 
+    claim = Claim.objects.get(item=item, reviewer=second_reviewer)
+    assert claim.expires_at <= timezone.now()  # the lease ended; the claim, with what they typed, stays
+    assert Item.objects.get(pk=item.pk).claim_expires_at <= timezone.now()
+    with pytest.raises(queue.NotKept):
+        queue.keep(Item.objects.get(pk=item.pk), second_reviewer)
     outcome = queue.submit(Item.objects.get(pk=item.pk), second_reviewer, "dns")
 
     assert (outcome.status, outcome.message) == ("draft", queue.FINISHED_MEANWHILE)
