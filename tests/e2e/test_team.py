@@ -282,3 +282,43 @@ def test_an_export_refused_for_its_days_keeps_the_form_and_shows_why_beside_it(t
     form.get_by_role("button", name="Export").click()
     expect(ada.get_by_text(re.compile(r"^Export \d+ started\.$"))).to_be_visible()
     assert team.exports.get().minibatch_size == 16
+
+
+def test_the_admin_changes_the_overlap_and_the_items_follow_it(team, open_page, artifacts) -> None:
+    """Raised, a finished item goes back to the queue for a third reviewer; lowered below the answers an item
+    has, the form refuses; lowered to them, the items are finished and a lease open on one ends in its page."""
+    project = team
+    first, second = Item.objects.filter(project=project).order_by("pk")
+    for name in ("rita", "sam"):
+        user = get_user_model().objects.get(username=name)
+        for item in (first, second):
+            queue.claim_next(project, user)
+            queue.submit(item, user, "db")
+    assert set(Item.objects.filter(project=project).values_list("status", flat=True)) == {ItemStatus.DONE}
+    admin, tom = open_page("ada"), open_page("tom")
+
+    def save_overlap(value: str) -> str:
+        admin.goto(f"{admin.base_url}/projects/{project.slug}/settings/")
+        admin.fill("#id_overlap", value)
+        admin.get_by_role("button", name="Save settings").click()
+        admin.wait_for_load_state("load")
+        return admin.locator("main").inner_text()
+
+    assert "2 finished items with fewer than 3 answers went back to the queue." in save_overlap("3")
+    admin.screenshot(path=str(artifacts / "overlap-raised.png"), full_page=True)
+    start_reviewing(tom, project)
+    held = item_on(tom)
+    expect(tom.locator("#lease")).to_contain_text("lease until")
+
+    page = save_overlap("1")
+    assert "Some items already have 2 answers; the overlap cannot be lower than that." in page
+    admin.screenshot(path=str(artifacts / "overlap-refused.png"), full_page=True)
+    assert "2 items already had 2 answers and are now finished." in save_overlap("2")
+
+    tom.keyboard.press("1")
+    tom.keyboard.press("Enter")
+    expect(tom.get_by_text("This item was finished while you worked on it")).to_be_visible()
+    expect(tom.get_by_text("lease until")).to_have_count(0)  # the lease ended with the lowering
+    tom.screenshot(path=str(artifacts / "overlap-finished-meanwhile.png"), full_page=True)
+    assert Answer.objects.get(item_id=held, reviewer__username="tom").kind == AnswerKind.DRAFT
+    assert set(Item.objects.filter(project=project).values_list("status", flat=True)) == {ItemStatus.DONE}
