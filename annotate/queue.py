@@ -341,11 +341,10 @@ def _finish(item: Item, user, kind: str, target, reason: str, now) -> Outcome:
             return Outcome(answer, "edited", "Your answer was updated; the earlier one is kept in its history.")
         claim = Claim.objects.filter(item=item, reviewer=user, expires_at__gt=now).first()
         if claim is None or item.status != ItemStatus.READY:
-            if item.status in FINISHED_STATUSES:  # by others after the lease ended, or by a lowered overlap
-                answer = _write(answer, item, user, AnswerKind.DRAFT, target, reason, "kept as draft: item finished")
-                return Outcome(answer, "draft", FINISHED_MEANWHILE)
-            answer = _write(answer, item, user, AnswerKind.DRAFT, target, reason, "kept as draft: lease lost")
-            return Outcome(answer, "draft", LEASE_LOST)
+            finished = item.status in FINISHED_STATUSES  # by others after the lease ended, or a lowered overlap
+            note = "kept as draft: item finished" if finished else "kept as draft: lease lost"
+            answer = _write(answer, item, user, AnswerKind.DRAFT, target, reason, note)
+            return Outcome(answer, "draft", FINISHED_MEANWHILE if finished else LEASE_LOST)
         answer = _write(answer, item, user, kind, target, reason, "skipped" if kind == AnswerKind.SKIP else "")
         claim.delete()
         item.final_answers += 1
