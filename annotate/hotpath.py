@@ -401,6 +401,29 @@ def lock_account(user_id: int) -> None:
     list(get_user_model()._default_manager.select_for_update().filter(pk=user_id).values_list("pk", flat=True))
 
 
+_OVERLAP_LOCK = 0x6F766C  # the class of PostgreSQL advisory locks that `hold_overlap` takes ("ovl")
+
+
+def hold_overlap(project_id: int, *, changing: bool = False) -> None:
+    """Keep the project's overlap from being applied while this transaction decides from it; `changing`: the
+    one applying it (`queue.apply_overlap`), which waits for those deciding and keeps new ones waiting.
+
+    A submit finishes its item when the item has the answers the overlap asks for, and `apply_overlap` finishes
+    or reopens items after the overlap changed: without a lock in common, each decided from what the other had
+    not committed, and a submit that read the old overlap while the new one was applied left its item ready with
+    every answer it needs (no reviewer could claim it, nothing finished it). A PostgreSQL advisory lock on the
+    project, until this transaction ends: shared, so that submits never wait for each other, only for an
+    overlap being applied. SQLite runs one writer at a time.
+    """
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.vendor != "postgresql":
+        return
+    how = "" if changing else "_shared"
+    with connection.cursor() as cursor:  # the second key is an int4: ids 2**31 apart share a lock, harmlessly
+        cursor.execute(f"SELECT pg_advisory_xact_lock{how}(%s::integer, %s::integer)",
+                       [_OVERLAP_LOCK, project_id & 0x7FFFFFFF])
+
+
 def lock_item(item_id: int) -> Item | None:
     """Item `item_id` locked for this transaction, with its prediction (not the trace) and that one's version;
     None when it is gone."""

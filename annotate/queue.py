@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Case, Exists, OuterRef, Q, Value, When
+from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.utils import timezone
 
 from annotate import agreement, hotpath, tooling
@@ -330,7 +330,9 @@ def _unmirror(item: Item, user) -> None:
 def _finish(item: Item, user, kind: str, target, reason: str, now) -> Outcome:
     project = item.project
     with transaction.atomic():
-        item = Item.objects.select_for_update().get(pk=item.pk)
+        hotpath.hold_overlap(project.pk)  # read below, after the lock: the overlap that settles the item
+        item = Item.objects.select_for_update(of=("self",)).annotate(overlap=F("project__overlap")).get(pk=item.pk)
+        project.overlap = item.overlap  # as it is now, not when the request read the project
         item.project = project  # already loaded: saves `_write` a query
         answer = Answer.objects.filter(item=item, reviewer=user).first()
         if answer is not None and answer.is_final:
@@ -361,11 +363,15 @@ def apply_overlap(project: Project) -> tuple[int, int]:
     now (the claims stay, with what their reviewers typed; an answer sent after is kept as a draft). Raised, a
     finished item with fewer goes back to the queue for the answers it now lacks, from reviewers who have not
     answered it; an adjudicated item stays finished, its target already decided. Answers are untouched. Safe to
-    repeat.
+    repeat, and while reviewers submit: it waits for the submits in flight, which read the overlap before it
+    changed, and the ones after it read the new one (`hotpath.hold_overlap`). It applies the overlap last saved.
     """
     items = Item.objects.filter(project=project)
     now = timezone.now()
     with transaction.atomic():
+        # Once the submits deciding from the old overlap have committed, and from the overlap last saved.
+        hotpath.hold_overlap(project.pk, changing=True)
+        project.overlap = Project.objects.values_list("overlap", flat=True).get(pk=project.pk)
         finished = items.filter(status=ItemStatus.READY, final_answers__gte=project.overlap).update(
             status=Case(
                 When(Exists(Answer.objects.filter(item=OuterRef("pk"), kind=AnswerKind.TARGET)),

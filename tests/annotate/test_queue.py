@@ -9,7 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
 from annotate import hotpath, queue
-from annotate.models import Answer, AnswerKind, AnswerRevision, Claim, Item, ItemStatus
+from annotate.models import Answer, AnswerKind, AnswerRevision, Claim, Item, ItemStatus, Project
 
 pytestmark = pytest.mark.django_db
 
@@ -472,6 +472,36 @@ def test_a_raised_overlap_sends_finished_items_back_for_the_answers_they_lack(re
     assert queue.claim_next(project, second_reviewer) == single
     queue.submit(single, second_reviewer, "db")
     assert Item.objects.get(pk=single.pk).status == ItemStatus.READY  # two of three answers
+
+
+def test_a_submit_settles_its_item_by_the_overlap_saved_after_its_request_read_the_project(
+        ready_items, project, reviewer, second_reviewer) -> None:
+    """A request reads the project first; an admin may change the overlap before its submit writes."""
+    project.overlap = 3
+    project.save()
+    lowered, raised = ready_items(project, [0.1, 0.2])
+    assert queue.claim_next(project, reviewer) == lowered
+    queue.submit(lowered, reviewer, "db")
+    assert queue.claim_next(project, second_reviewer) == lowered
+    read_before = Project.objects.get(pk=project.pk)  # overlap 3
+    project.overlap = 2
+    project.save()
+    assert queue.apply_overlap(project) == (0, 0)  # one answer each: nothing to finish yet
+
+    lowered.project = read_before
+    assert queue.submit(lowered, second_reviewer, "dns").status == "submitted"
+
+    assert Item.objects.get(pk=lowered.pk).status == ItemStatus.DONE  # two answers of the two it now needs
+    assert queue.claim_next(project, reviewer) == raised
+    read_before = Project.objects.get(pk=project.pk)  # overlap 2
+    project.overlap = 3
+    project.save()
+    queue.apply_overlap(project)
+    raised.project = read_before
+    queue.submit(raised, reviewer, "db")
+    assert queue.claim_next(project, second_reviewer) == raised
+    queue.submit(raised, second_reviewer, "db")
+    assert Item.objects.get(pk=raised.pk).status == ItemStatus.READY  # two answers of three
 
 
 def _two_answers(project, item, reviewer, second_reviewer, first: str, second: str) -> None:

@@ -23,7 +23,9 @@ HX = {"HTTP_HX_REQUEST": "true"}
 CLAIM = 1 if hotpath.claims_in_database() else 7
 CLAIM_NEXT_BUDGET = 4 + CLAIM  # session, user, project with role, the claim, the item as the item page reads it
 ITEM_PAGE_BUDGET = 3  # session, user, item with project, role, prediction, claim, answer and "previous"
-SUBMIT_BUDGET = 17 + CLAIM  # the answer's transaction, then claim-next and the next item as its page reads it
+# The answer's transaction (on PostgreSQL with the overlap's lock, `hotpath.hold_overlap`), then claim-next and the
+# next item as its page reads it.
+SUBMIT_BUDGET = 17 + CLAIM + (1 if connection.vendor == "postgresql" else 0)
 
 
 def _claim(client, project) -> str:

@@ -1,0 +1,102 @@
+"""An overlap changed while a reviewer's submit is in flight applies to that submit's item too.
+
+The submit decides from the overlap whether its answer finishes the item; `queue.apply_overlap` finishes or
+reopens items by the new one. Without a lock in common each decided from what the other had not committed: a
+lowered overlap left the item ready with every answer it needs (no reviewer could claim it, nothing finished it),
+a raised one left it finished short of an answer. Played out on PostgreSQL with two connections: the submit's
+transaction held open, the change seen waiting for it, then both committed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from annotate import queue
+from annotate.models import Answer, Item, ItemStatus, Project
+from tests.annotate.races import Other
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True),
+              pytest.mark.skipif(connection.vendor != "postgresql", reason="needs PostgreSQL's locks")]
+
+
+def set_overlap(project: Project, overlap: int) -> None:
+    project.overlap = overlap
+    project.save(update_fields=["overlap"])
+
+
+def change_overlap(project: Project, overlap: int):
+    """What the settings page does, on a project read of its own: save the overlap, then apply it."""
+    def work() -> tuple[int, int]:
+        Project.objects.filter(pk=project.pk).update(overlap=overlap)
+        return queue.apply_overlap(Project.objects.get(pk=project.pk))
+    return work
+
+
+def submit_held(item: Item, user, target: str) -> tuple[Other, threading.Event]:
+    """`user` submits `target` on `item` in a transaction kept open; started, submitted, not yet committed."""
+    commit = threading.Event()
+    submitter = Other(lambda: queue.submit(item, user, target).status, hold=commit)
+    submitter.start()
+    assert submitter.ready.wait(timeout=30)
+    assert (submitter.error, submitter.result) == (None, "submitted")
+    return submitter, commit
+
+
+def change_while_held(project: Project, overlap: int, submitter: Other, commit: threading.Event) -> Other:
+    changer = Other(change_overlap(project, overlap))
+    changer.start()
+    wait_for(changer.blocked_or_done, timeout=30, what="the overlap's change to wait for the submit in flight")
+    commit.set()
+    submitter.join(timeout=30)
+    changer.join(timeout=30)
+    assert submitter.error is None and changer.error is None, (submitter.error, changer.error)
+    return changer
+
+
+def test_an_overlap_lowered_while_the_last_answer_it_needs_is_submitted_finishes_the_item(
+        ready_items, project, reviewer, second_reviewer) -> None:
+    set_overlap(project, 3)
+    (item,) = ready_items(project, [0.1])
+    assert queue.claim_next(project, reviewer) == item
+    queue.submit(item, reviewer, "db")
+    assert queue.claim_next(project, second_reviewer) == item
+    submitter, commit = submit_held(item, second_reviewer, "dns")  # the item's second answer, of three
+
+    changer = change_while_held(project, 2, submitter, commit)
+
+    assert changer.result == (1, 0)
+    item.refresh_from_db()
+    assert (item.status, item.final_answers) == (ItemStatus.DONE, 2)
+
+
+def test_an_overlap_raised_while_an_answer_is_submitted_sends_the_item_back_for_the_one_it_lacks(
+        ready_items, project, reviewer, second_reviewer) -> None:
+    (item,) = ready_items(project, [0.1])  # overlap 1
+    assert queue.claim_next(project, reviewer) == item
+    submitter, commit = submit_held(item, reviewer, "db")  # finishes the item, at overlap 1
+
+    changer = change_while_held(project, 2, submitter, commit)
+
+    assert changer.result == (0, 1)
+    item.refresh_from_db()
+    assert (item.status, item.final_answers) == (ItemStatus.READY, 1)
+    assert queue.claim_next(Project.objects.get(pk=project.pk), second_reviewer) == item
+
+
+def test_submits_in_flight_do_not_wait_for_each_other(ready_items, project, reviewer, second_reviewer) -> None:
+    first, second = ready_items(project, [0.1, 0.2])
+    assert queue.claim_next(project, reviewer) == first
+    assert queue.claim_next(project, second_reviewer) == second
+    one, commit_one = submit_held(first, reviewer, "db")
+
+    other, commit_other = submit_held(second, second_reviewer, "db")  # while the first is still open
+
+    commit_one.set()
+    commit_other.set()
+    one.join(timeout=30)
+    other.join(timeout=30)
+    assert Answer.objects.filter(item__in=[first, second]).count() == 2
