@@ -7,7 +7,9 @@ They loop for `TC_CONCURRENCY_SECONDS` (default 5 s, so the suite stays quick; t
 `TC_CONCURRENCY_SECONDS=60`), or until the queue is empty, and then stop by themselves. Meanwhile a monitor
 checks, over and over, that no item has more active claims than its overlap leaves open. Afterwards: every
 submission a reviewer saw succeed is stored exactly once and nothing else is, no item has more answers than the
-overlap, every item with `overlap` answers is done, and no request was answered with a 5xx.
+overlap, every item with `overlap` answers is done, and no request was answered with a 5xx. A third run starts
+at overlap 2 and has the project's admin raise it to 3 on the settings page while the reviewers work: the same
+checks hold for the new overlap.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 
-from annotate.models import Answer, AnswerKind, Item, ItemStatus, Membership, Project, Role
+from annotate.models import Answer, AnswerKind, Item, ItemStatus, Membership, Prediction, Project, Role
+from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 
@@ -66,9 +69,18 @@ def _project(overlap: int, items: int) -> tuple[Project, list]:
     )
     reviewers = [users.objects.create_user(f"r{overlap}-{k}") for k in range(REVIEWERS)]
     Membership.objects.bulk_create(Membership(project=project, user=u, role=Role.REVIEWER) for u in reviewers)
-    Item.objects.bulk_create(
+    Membership.objects.create(project=project, user=owner, role=Role.ADMIN)
+    made = Item.objects.bulk_create(
         Item(project=project, inputs=INPUTS, status=ItemStatus.READY, confidence=(k % 97) / 97) for k in range(items)
     )
+    predictions = Prediction.objects.bulk_create(
+        Prediction(item=item, confidence=item.confidence,
+                   receipt={"kind": "ranking", "selected_id": "disk", "confidence": item.confidence})
+        for item in made
+    )
+    for item, prediction in zip(made, predictions, strict=True):
+        item.prediction = prediction
+    Item.objects.bulk_update(made, ["prediction"])
     return project, reviewers
 
 
@@ -104,12 +116,36 @@ def _reviewer(project: Project, user, deadline: float, run: Run) -> None:
         connection.close()
 
 
+def _admin_raises(project: Project, overlap: int, run: Run, deadline: float) -> None:
+    """The project's admin raises the overlap on its settings page once the reviewers are well under way."""
+    client = Client(raise_request_exception=False)
+    try:
+        client.force_login(project.created_by)
+        def under_way() -> bool:
+            with run.lock:
+                return sum(run.submitted.values()) >= 2 * REVIEWERS or time.monotonic() > deadline - SECONDS / 2
+
+        wait_for(under_way, timeout=SECONDS + 60, what="the reviewers to get going")
+        response = client.post(reverse("project_settings", args=[project.slug]), {
+            "name": project.name, "guidelines": "", "configuration": "{}", "overlap": overlap,
+            "lease_seconds": project.lease_seconds})
+        run.record(response, "settings")
+        if response.status_code != 302:
+            raise AssertionError(f"settings: HTTP {response.status_code}: {response.content[:300]!r}")
+    except Exception as exc:  # noqa: BLE001 - reported below
+        with run.lock:
+            run.errors.append(f"admin: {type(exc).__name__}: {exc}")
+    finally:
+        connection.close()
+
+
 def _crowded(project: Project) -> list[tuple]:
-    """Items whose active claims exceed the places their answers leave (one query, so one snapshot)."""
+    """Items whose active claims exceed the places their answers leave under the overlap as it is now (one query,
+    so one snapshot)."""
     return list(
         Item.objects.filter(project=project)
         .annotate(active=Count("claims", filter=Q(claims__expires_at__gt=Now())))
-        .filter(active__gt=project.overlap - F("final_answers"))
+        .filter(active__gt=F("project__overlap") - F("final_answers"))
         .values_list("pk", "active", "final_answers")
     )
 
@@ -127,13 +163,19 @@ def _monitor(project: Project, stop: threading.Event, run: Run) -> None:
         connection.close()
 
 
-@pytest.mark.parametrize("overlap", [1, 2])
-def test_twenty_reviewers_never_exceed_the_overlap(transactional_db, overlap: int) -> None:
+@pytest.mark.parametrize(("overlap", "raised"), [(1, None), (2, None), (2, 3)],
+                         ids=["overlap 1", "overlap 2", "overlap 2 raised to 3 meanwhile"])
+def test_twenty_reviewers_never_exceed_the_overlap(transactional_db, overlap: int, raised: int | None) -> None:
+    """With `raised`, the admin raises the overlap halfway: the items finished by then, and those being finished
+    as it is applied, go back to the queue, and every item ends as the new overlap says."""
     project, reviewers = _project(overlap, items=ITEMS)
     run = Run()
     stop = threading.Event()
     deadline = time.monotonic() + SECONDS
     threads = [threading.Thread(target=_reviewer, args=(project, user, deadline, run)) for user in reviewers]
+    if raised:
+        threads.append(threading.Thread(target=_admin_raises, args=(project, raised, run, deadline)))
+        overlap = raised
     monitor = threading.Thread(target=_monitor, args=(project, stop, run))
     monitor.start()
     for thread in threads:
