@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from django.contrib import admin, messages
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import QuerySet
 
 from annotate import accounts, deletion, imports, queue
@@ -86,10 +88,15 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
     refusal = deletion.ProjectBusy
 
     def save_model(self, request, obj, form, change) -> None:
-        """As the site's settings page does: a changed overlap finishes or reopens the items it concerns."""
+        """As the site's settings page does: a changed overlap finishes or reopens the items it concerns.
+
+        Once the admin's transaction has committed: applying it waits for the submits in flight, and one of them
+        may be waiting for this transaction's lock on the project's row (a new answer's reference to its
+        project, when the slug changed too).
+        """
         super().save_model(request, obj, form, change)
         if change and "overlap" in form.changed_data:
-            queue.apply_overlap(obj)
+            transaction.on_commit(functools.partial(queue.apply_overlap, obj))
 
 
 @admin.register(Membership)

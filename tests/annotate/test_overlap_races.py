@@ -12,10 +12,11 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from annotate import queue
 from annotate.models import Answer, Item, ItemStatus, Project
+from tests.annotate.conftest import project_admin_form
 from tests.annotate.races import Other
 from tests.conftest import wait_for
 
@@ -100,3 +101,42 @@ def test_submits_in_flight_do_not_wait_for_each_other(ready_items, project, revi
     one.join(timeout=30)
     other.join(timeout=30)
     assert Answer.objects.filter(item__in=[first, second]).count() == 2
+
+
+def test_the_django_admin_renaming_a_project_and_lowering_its_overlap_while_an_answer_is_submitted(
+        ready_items, project, reviewer, django_user_model, rf, monkeypatch) -> None:
+    """Django's admin saves in one transaction. Applied inside it, the overlap waited for a submit in flight that
+    was itself waiting for that transaction's lock on the project's row (a new answer refers to its project,
+    and a changed slug locks the row against that): PostgreSQL broke the deadlock by failing one of them."""
+    from django.contrib.admin.sites import site
+
+    set_overlap(project, 2)
+    (item,) = ready_items(project, [0.1])
+    assert queue.claim_next(project, reviewer) == item
+    submits: list[Other] = []
+    apply_overlap = queue.apply_overlap
+
+    def submit_then_apply(applied: Project) -> tuple[int, int]:
+        """The reviewer's submit comes in just before the overlap is applied."""
+        commit = threading.Event()
+        submitter = Other(lambda: queue.submit(item, reviewer, "db").status, hold=commit)
+        submits.append(submitter)
+        submitter.start()
+        wait_for(lambda: submitter.ready.is_set() or submitter.blocked_or_done(), timeout=30,
+                 what="the submit to be made or to wait for a lock")
+        commit.set()
+        return apply_overlap(applied)
+
+    monkeypatch.setattr(queue, "apply_overlap", submit_then_apply)
+    request = rf.post("/")
+    request.user = django_user_model.objects.create_superuser("root", password="a-long-password")
+    form = project_admin_form(request, project, slug="outages-2026", overlap=1)
+
+    with transaction.atomic():  # as the admin's change view saves
+        site._registry[Project].save_model(request, form.save(commit=False), form, change=True)
+    (submitter,) = submits
+    submitter.join(timeout=30)
+
+    assert (submitter.error, submitter.result) == (None, "submitted")
+    item.refresh_from_db()
+    assert (item.status, item.final_answers) == (ItemStatus.DONE, 1)

@@ -28,7 +28,7 @@ from annotate.models import (
     Role,
     UploadState,
 )
-from tests.annotate.conftest import DECISION_INPUT
+from tests.annotate.conftest import DECISION_INPUT, project_admin_form
 from tests.annotate.conftest import make_ready_items as ready_items
 
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -435,7 +435,8 @@ def test_changing_the_overlap_on_the_settings_page_finishes_or_reopens_items_and
 
 
 @pytest.mark.django_db
-def test_the_django_admin_applies_a_changed_overlap_too(rf, project, reviewer, django_user_model) -> None:
+def test_the_django_admin_applies_a_changed_overlap_too(rf, project, reviewer, django_user_model,
+                                                       django_capture_on_commit_callbacks) -> None:
     from django.contrib.admin.sites import site
 
     project.overlap = 2
@@ -443,20 +444,13 @@ def test_the_django_admin_applies_a_changed_overlap_too(rf, project, reviewer, d
     (item,) = ready_items(project, [0.1])
     assert queue.claim_next(project, reviewer) == item
     queue.submit(item, reviewer, "db")
-    model_admin = site._registry[Project]
     request = rf.post("/")
     request.user = django_user_model.objects.create_superuser("root", password="a-long-password")
-    form_class = model_admin.get_form(request, project, change=True)
-    unbound = form_class(instance=project)
-    data = {name: unbound[name].field.prepare_value(unbound[name].value()) for name in unbound.fields}
-    created = timezone.localtime(data.pop("created_at"))  # the admin's split date and time widget
-    form = form_class({**{k: v for k, v in data.items() if v is not None}, "overlap": 1,
-                       "created_at_0": created.date().isoformat(), "created_at_1": created.time().isoformat()},
-                      instance=project)
-    assert form.is_valid(), form.errors
+    form = project_admin_form(request, project, overlap=1)
     assert "overlap" in form.changed_data
 
-    model_admin.save_model(request, form.save(commit=False), form, change=True)
+    with django_capture_on_commit_callbacks(execute=True):  # applied once the admin's transaction commits
+        site._registry[Project].save_model(request, form.save(commit=False), form, change=True)
 
     assert Item.objects.get(pk=item.pk).status == ItemStatus.DONE
 
