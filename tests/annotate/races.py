@@ -6,6 +6,8 @@ import threading
 
 from django.db import connection, transaction
 
+from tests.conftest import wait_for
+
 
 class Other(threading.Thread):
     """`work()` on a connection of its own; its backend's pid, what it returned, or what it raised."""
@@ -42,3 +44,14 @@ class Other(threading.Thread):
 
     def blocked_or_done(self) -> bool:
         return self.done.is_set() or (self.pid is not None and self.waiting_for_a_lock())
+
+
+def second_waits(first: Other, commit: threading.Event, second: Other, *, what: str) -> None:
+    """Start `second` while `first` holds its transaction open (`hold=commit`), see it wait for a lock (or end),
+    then let `first` commit; both joined, and neither failed."""
+    second.start()
+    wait_for(second.blocked_or_done, timeout=30, what=what)
+    commit.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert first.error is None and second.error is None, (first.error, second.error)

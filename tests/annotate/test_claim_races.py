@@ -15,7 +15,7 @@ from django.db import connection, transaction
 
 from annotate import accounts, hotpath, queue
 from annotate.models import Claim, Membership
-from tests.annotate.races import Other
+from tests.annotate.races import Other, second_waits
 from tests.conftest import wait_for
 
 # Row locks are PostgreSQL's: SQLite runs one writer at a time.
@@ -68,14 +68,9 @@ def test_a_claim_made_just_before_the_reviewer_is_taken_off_is_released(claim_pa
     assert claimer.ready.wait(timeout=30)
     assert claimer.error is None and claimer.result is not None  # claimed, not yet committed
     remover = Other(lambda: TAKE_OFF[how](project, reviewer))
-    remover.start()
 
-    wait_for(remover.blocked_or_done, timeout=30, what="the removal to wait for the claim's lock")
-    commit.set()
-    claimer.join(timeout=30)
-    remover.join(timeout=30)
+    second_waits(claimer, commit, remover, what="the removal to wait for the claim's lock")
 
-    assert claimer.error is None and remover.error is None, (claimer.error, remover.error)
     assert not Claim.objects.filter(reviewer=reviewer).exists()  # the removal saw the claim, and released it
 
 

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from annotate import queue
 from annotate.models import Answer, Item, ItemStatus, Project
 from tests.annotate.conftest import project_admin_form
-from tests.annotate.races import Other
+from tests.annotate.races import Other, second_waits
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True),
@@ -49,12 +49,7 @@ def submit_held(item: Item, user, target: str) -> tuple[Other, threading.Event]:
 
 def change_while_held(project: Project, overlap: int, submitter: Other, commit: threading.Event) -> Other:
     changer = Other(change_overlap(project, overlap))
-    changer.start()
-    wait_for(changer.blocked_or_done, timeout=30, what="the overlap's change to wait for the submit in flight")
-    commit.set()
-    submitter.join(timeout=30)
-    changer.join(timeout=30)
-    assert submitter.error is None and changer.error is None, (submitter.error, changer.error)
+    second_waits(submitter, commit, changer, what="the overlap's change to wait for the submit in flight")
     return changer
 
 
