@@ -87,6 +87,11 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
     delete_one = staticmethod(deletion.delete_project)
     refusal = deletion.ProjectBusy
 
+    def get_readonly_fields(self, request, obj=None):
+        """As on the site's settings page: the tool and mode are fixed once the project exists, since its items'
+        inputs, predictions and model versions are all the tool's."""
+        return ["tool", "mode"] if obj is not None else []
+
     def save_model(self, request, obj, form, change) -> None:
         """As the site's settings page does: a changed overlap finishes or reopens the items it concerns.
 

@@ -108,6 +108,15 @@ def test_write_once_takes_chunks_and_stops_at_its_limit(tmp_path) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == ["weights"]  # no partial file, no temporary
 
 
+def test_the_django_admin_keeps_a_projects_tool_and_mode(admin_client, project) -> None:
+    """Its items' inputs, predictions and model versions are the tool's: switching it would strand every one."""
+    page = admin_client.get(reverse("admin:annotate_project_change", args=[project.pk])).content.decode()
+    assert 'name="tool"' not in page and 'name="mode"' not in page and "decision" in page
+    assert 'name="slug"' in page and 'name="overlap"' in page
+    added = admin_client.get(reverse("admin:annotate_project_add")).content.decode()
+    assert 'name="tool"' in added and 'name="mode"' in added
+
+
 def test_the_django_admin_keeps_an_item_in_its_project(admin_client, project) -> None:
     """Its answers carry the project too (`Answer.project`); moving the item alone would split them."""
     item = make_ready_items(project, [0.5])[0]
