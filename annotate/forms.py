@@ -86,14 +86,12 @@ class ProjectForm(forms.ModelForm):
         tool, _, mode = (data.get("kind") or "").partition("/")
         if self.instance.pk:
             tool, mode = self.instance.tool, self.instance.mode
-        if tool and "configuration" in data:
-            try:
-                tooling.check_configuration(tool, mode, data["configuration"])
-            except (ValueError, TypeError) as exc:
-                self.add_error("configuration", str(exc))
         data["tool"], data["mode"] = tool, mode
-        # The model's own clean() checks the tool and mode; it runs after this, on the instance.
+        # The model's own clean() checks the tool, the mode and the configuration; it runs after this, on the
+        # instance (a configuration that is not a JSON object has its error already, and leaves the one stored).
         self.instance.tool, self.instance.mode = tool, mode
+        if "configuration" in data:
+            self.instance.configuration = data["configuration"]
         return data
 
     def add_error(self, field, error) -> None:

@@ -102,12 +102,17 @@ class Project(models.Model):
             tooling.check_tool_mode(self.tool, self.mode)
         except ValueError as exc:
             raise ValidationError({"mode": str(exc)}) from exc
+        errors = {}
+        try:  # every submit, import and model of the project reads it: Django's admin checks it as the site does
+            tooling.check_configuration(self.tool, self.mode, self.configuration)
+        except (ValueError, TypeError) as exc:
+            errors["configuration"] = str(exc)
         if self.pk and self.overlap:
             most = self.items.aggregate(most=models.Max("final_answers"))["most"] or 0
             if self.overlap < most:
-                raise ValidationError({"overlap": (
-                    f"Some items already have {most} answers; the overlap cannot be lower than that."
-                )})
+                errors["overlap"] = f"Some items already have {most} answers; the overlap cannot be lower than that."
+        if errors:
+            raise ValidationError(errors)
 
     def role_of(self, user) -> str | None:
         """"admin" | "reviewer" | None for `user` in this project; staff count as admin.

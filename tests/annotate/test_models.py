@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from annotate import storage
 from annotate.models import ApiToken, ModelVersion, Project
-from tests.annotate.conftest import make_ready_items
+from tests.annotate.conftest import make_ready_items, project_admin_form
 
 pytestmark = pytest.mark.django_db
 
@@ -115,6 +115,19 @@ def test_the_django_admin_keeps_a_projects_tool_and_mode(admin_client, project) 
     assert 'name="slug"' in page and 'name="overlap"' in page
     added = admin_client.get(reverse("admin:annotate_project_add")).content.decode()
     assert 'name="tool"' in added and 'name="mode"' in added
+
+
+def test_the_django_admin_checks_a_projects_configuration_as_the_site_does(rf, project, django_user_model) -> None:
+    """Every submit, import and model of the project reads it: one Django's admin let through broke them all."""
+    request = rf.post("/")
+    request.user = django_user_model.objects.create_superuser("root", password="a-long-password")
+
+    form = project_admin_form(request, project, configuration='{"depth": 3}')
+
+    assert not form.is_valid()
+    assert "depth" in " ".join(form.errors["configuration"])
+    project.refresh_from_db()
+    assert project.configuration == {"dim": 8, "buckets": 64}
 
 
 def test_the_django_admin_keeps_an_item_in_its_project(admin_client, project) -> None:

@@ -126,6 +126,7 @@ def test_the_django_admin_renaming_a_project_and_lowering_its_overlap_while_an_a
     request = rf.post("/")
     request.user = django_user_model.objects.create_superuser("root", password="a-long-password")
     form = project_admin_form(request, project, slug="outages-2026", overlap=1)
+    assert form.is_valid(), form.errors
 
     with transaction.atomic():  # as the admin's change view saves
         site._registry[Project].save_model(request, form.save(commit=False), form, change=True)

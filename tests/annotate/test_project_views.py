@@ -429,8 +429,10 @@ def test_changing_the_overlap_on_the_settings_page_finishes_or_reopens_items_and
     page = client.post(url, _settings(overlap=1), follow=True).content.decode()  # below 2 answers: refused
 
     assert "Some items already have 2 answers; the overlap cannot be lower than that." in page
+    page = client.post(url, {**_settings(overlap=1), "configuration": '{"depth": 3}'}).content.decode()
+    assert "the overlap cannot be lower than that" in page and "unknown configuration field" in page  # both at once
     project.refresh_from_db()
-    assert project.overlap == 3
+    assert (project.overlap, project.configuration) == (3, {"dim": 8, "buckets": 64})
     assert set(Item.objects.filter(project=project).values_list("status", flat=True)) == {ItemStatus.READY}
 
 
@@ -447,6 +449,7 @@ def test_the_django_admin_applies_a_changed_overlap_too(rf, project, reviewer, d
     request = rf.post("/")
     request.user = django_user_model.objects.create_superuser("root", password="a-long-password")
     form = project_admin_form(request, project, overlap=1)
+    assert form.is_valid(), form.errors
     assert "overlap" in form.changed_data
 
     with django_capture_on_commit_callbacks(execute=True):  # applied once the admin's transaction commits
