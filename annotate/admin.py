@@ -200,8 +200,25 @@ class AnswerRevisionInline(admin.TabularInline):
     readonly_fields = ["kind", "target", "skip_reason", "note", "created_at"]
 
 
+class ViewOnly:
+    """Shown, never added, changed or deleted here: the site's own paths keep what these rows feed (an item's
+    count of answers, its status and disagreement, an answer's history) in step with them."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
 @admin.register(Answer)
-class AnswerAdmin(admin.ModelAdmin):
+class AnswerAdmin(ViewOnly, admin.ModelAdmin):
+    """Reviewers answer and edit on the site (`annotate.queue` checks the target, keeps every revision and counts
+    the item's answers); project admins settle disagreements there too. Answers go with their item or project."""
+
     list_display = ["id", "item", "reviewer", "kind", "source", "updated_at"]
     list_filter = ["kind"]
     search_fields = ["source", "reviewer__username"]
@@ -211,7 +228,7 @@ class AnswerAdmin(admin.ModelAdmin):
 
 
 @admin.register(AnswerRevision)
-class AnswerRevisionAdmin(admin.ModelAdmin):
+class AnswerRevisionAdmin(ViewOnly, admin.ModelAdmin):
     list_display = ["id", "answer", "kind", "note", "created_at"]
     raw_id_fields = ["answer"]
     show_full_result_count = False

@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from annotate import storage
+from annotate import queue, storage
 from annotate.models import ApiToken, ModelVersion, Project
 from tests.annotate.conftest import make_ready_items, project_admin_form
 
@@ -128,6 +128,27 @@ def test_the_django_admin_checks_a_projects_configuration_as_the_site_does(rf, p
     assert "depth" in " ".join(form.errors["configuration"])
     project.refresh_from_db()
     assert project.configuration == {"dim": 8, "buckets": 64}
+
+
+def test_the_django_admin_shows_answers_and_their_history_without_changing_them(admin_client, project,
+                                                                               reviewer) -> None:
+    """An answer changed or deleted there kept no revision and left its item's count of answers wrong."""
+    (item,) = make_ready_items(project, [0.5])
+    assert queue.claim_next(project, reviewer) == item
+    answer = queue.submit(item, reviewer, "db").answer
+    revision = answer.revisions.get()
+
+    for name, pk in (("answer", answer.pk), ("answerrevision", revision.pk)):
+        page = admin_client.get(reverse(f"admin:annotate_{name}_change", args=[pk]))
+        assert page.status_code == 200 and b"db" in page.content
+        assert b'name="target"' not in page.content and b'name="_save"' not in page.content
+        assert admin_client.post(reverse(f"admin:annotate_{name}_change", args=[pk]), {"target": '"dns"'}
+                                 ).status_code == 403
+        assert admin_client.post(reverse(f"admin:annotate_{name}_delete", args=[pk]), {"post": "yes"}
+                                 ).status_code == 403
+        assert admin_client.get(reverse(f"admin:annotate_{name}_add")).status_code == 403
+    answer.refresh_from_db()
+    assert (answer.target, answer.revisions.count()) == ("db", 1)
 
 
 def test_the_django_admin_keeps_an_item_in_its_project(admin_client, project) -> None:
