@@ -124,7 +124,15 @@ class ModelVersionAdmin(admin.ModelAdmin):
     list_filter = ["trained", "tool"]
     search_fields = ["label", "project__slug"]
     raw_id_fields = ["project", "parent", "created_by_job"]
-    readonly_fields = ["directory"]
+
+    def has_add_permission(self, request) -> bool:
+        """Versions come with their files, from a new project, a training job or an uploaded model: a row added
+        here would have none (and no folder of its own to hold them)."""
+        return False
+
+    def get_readonly_fields(self, request, obj=None):
+        """Only the label is edited here: the rest describes the files the version was saved with."""
+        return [field.name for field in ModelVersion._meta.fields if field.name != "label"]
 
 
 @admin.register(Item)

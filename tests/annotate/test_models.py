@@ -151,6 +151,20 @@ def test_the_django_admin_shows_answers_and_their_history_without_changing_them(
     assert (answer.target, answer.revisions.count()) == ("db", 1)
 
 
+def test_the_django_admin_edits_a_model_versions_label_only(admin_client, project) -> None:
+    version = project.current_version
+    url = reverse("admin:annotate_modelversion_change", args=[version.pk])
+    page = admin_client.get(url).content.decode()
+    assert 'name="label"' in page
+    assert not any(f'name="{name}"' in page for name in ("tool", "mode", "trained", "project", "metrics"))
+
+    admin_client.post(url, {"label": "first try", "tool": "scene", "trained": "on"})
+
+    version.refresh_from_db()
+    assert (version.label, version.tool, version.trained) == ("first try", "decision", False)
+    assert admin_client.get(reverse("admin:annotate_modelversion_add")).status_code == 403
+
+
 def test_the_django_admin_keeps_an_item_in_its_project(admin_client, project) -> None:
     """Its answers carry the project too (`Answer.project`); moving the item alone would split them."""
     item = make_ready_items(project, [0.5])[0]
