@@ -132,7 +132,7 @@ class ModelVersionAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         """Only the label is edited here: the rest describes the files the version was saved with."""
-        return [field.name for field in ModelVersion._meta.fields if field.name != "label"]
+        return [field.name for field in ModelVersion._meta.fields if field.name != "label" and not field.primary_key]
 
 
 @admin.register(Item)
