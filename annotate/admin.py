@@ -145,8 +145,10 @@ class ItemAdmin(admin.ModelAdmin):
     show_full_result_count = False
 
     def get_readonly_fields(self, request, obj=None):
-        """An item stays in its project: its answers, claims, predictions and sources all name that project."""
-        return ["project"] if obj is not None else []
+        """An item stays in its project: its answers, claims, predictions and sources all name that project. Its
+        inputs are what was predicted and answered, and its count of final answers is the queue's, kept with them
+        (the overlap reads it)."""
+        return ["project", "inputs", "final_answers"] if obj is not None else []
 
     def get_deleted_objects(self, objs, request):
         """A count per kind of row, as the site's delete page shows, instead of a line per row: Django's collector

@@ -166,9 +166,12 @@ def test_the_django_admin_edits_a_model_versions_label_only(admin_client, projec
 
 
 def test_the_django_admin_keeps_an_item_in_its_project(admin_client, project) -> None:
-    """Its answers carry the project too (`Answer.project`); moving the item alone would split them."""
+    """Its answers carry the project too (`Answer.project`); moving the item alone would split them. Its inputs
+    and its count of answers go with its answers too."""
     item = make_ready_items(project, [0.5])[0]
     page = admin_client.get(reverse("admin:annotate_item_change", args=[item.pk]))
     assert page.status_code == 200
     assert b'name="project"' not in page.content and b"Outages" in page.content
+    assert b'name="inputs"' not in page.content and b'name="final_answers"' not in page.content
+    assert b'name="status"' in page.content  # a repair by hand stays possible
     assert b'name="project"' in admin_client.get(reverse("admin:annotate_item_add")).content
