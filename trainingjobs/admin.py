@@ -20,6 +20,12 @@ class TrainingJobAdmin(admin.ModelAdmin):
     raw_id_fields = ("base_version", "result_version", "created_by")
     actions = ("cancel_jobs", "resume_jobs")
 
+    def has_add_permission(self, request) -> bool:
+        """Jobs are launched on a project's Training page or with `manage.py launch_training`, which freeze the
+        reviewed records they train on and queue them: a row added here had no records and was never queued,
+        and as a job waiting it blocked deleting the project's items."""
+        return False
+
     @admin.action(description="Cancel the selected jobs")
     def cancel_jobs(self, request, queryset):
         for job in queryset:

@@ -341,3 +341,11 @@ def test_a_project_without_model_versions_says_how_to_get_one(client, admin, pro
     assert 'id="no-versions"' in page and "manage.py register_model_version" in page
     assert 'id="launch-needs-version"' in page and 'id="versions"' not in page
     assert 'id="launch-form"' not in page  # no Launch button that cannot work
+
+
+def test_the_django_admin_shows_jobs_but_launches_none(admin_client, job) -> None:
+    """A job added there froze no records and was never queued, and waiting it blocked deleting items."""
+    assert admin_client.get(reverse("admin:trainingjobs_trainingjob_change", args=[job.pk])).status_code == 200
+    assert admin_client.get(reverse("admin:trainingjobs_trainingjob_add")).status_code == 403
+    listing = admin_client.get(reverse("admin:trainingjobs_trainingjob_changelist")).content.decode()
+    assert f"/admin/trainingjobs/trainingjob/{job.pk}/change/" in listing and "/trainingjob/add/" not in listing
