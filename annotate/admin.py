@@ -52,6 +52,25 @@ class DeletedThroughService:
                 self.message_user(request, str(exc), messages.ERROR)
 
 
+class NotAddedHere:
+    """Rows the site's own paths make, with the checks, files and history that go with them: listed, shown and
+    (where the class allows) changed or deleted here, never added."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class ViewOnly(NotAddedHere):
+    """Shown, never added, changed or deleted here: the site's own paths keep what these rows feed (an item's
+    count of answers, its status and disagreement, an answer's history) in step with them."""
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
@@ -119,16 +138,14 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(ModelVersion)
-class ModelVersionAdmin(admin.ModelAdmin):
+class ModelVersionAdmin(NotAddedHere, admin.ModelAdmin):
+    """Versions come with their files, from a new project, a training job or an uploaded model: a row added here
+    would have none (and no folder of its own to hold them)."""
+
     list_display = ["id", "project", "label", "tool", "mode", "trained", "directory", "created_at"]
     list_filter = ["trained", "tool"]
     search_fields = ["label", "project__slug"]
     raw_id_fields = ["project", "parent", "created_by_job"]
-
-    def has_add_permission(self, request) -> bool:
-        """Versions come with their files, from a new project, a training job or an uploaded model: a row added
-        here would have none (and no folder of its own to hold them)."""
-        return False
 
     def get_readonly_fields(self, request, obj=None):
         """Only the label is edited here: the rest describes the files the version was saved with."""
@@ -190,10 +207,23 @@ def _projects_of(items: QuerySet) -> QuerySet:
 
 
 @admin.register(Claim)
-class ClaimAdmin(admin.ModelAdmin):
+class ClaimAdmin(NotAddedHere, admin.ModelAdmin):
+    """The queue gives claims, never more on an item than its overlap leaves places for: shown here, and deleted
+    to free a place at once, never added or changed."""
+
     list_display = ["id", "item", "reviewer", "expires_at", "created_at"]
     raw_id_fields = ["item", "reviewer"]
     show_full_result_count = False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def delete_model(self, request, obj) -> None:
+        queue.release(obj.item, obj.reviewer)  # as the reviewer's Release does: the item's "claimed by" follows
+
+    def delete_queryset(self, request, queryset) -> None:
+        for claim in queryset.select_related("item", "reviewer"):
+            queue.release(claim.item, claim.reviewer)
 
 
 @admin.register(Prediction)
@@ -208,20 +238,6 @@ class AnswerRevisionInline(admin.TabularInline):
     extra = 0
     can_delete = False
     readonly_fields = ["kind", "target", "skip_reason", "note", "created_at"]
-
-
-class ViewOnly:
-    """Shown, never added, changed or deleted here: the site's own paths keep what these rows feed (an item's
-    count of answers, its status and disagreement, an answer's history) in step with them."""
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Answer)
@@ -279,7 +295,7 @@ class ExperienceUploadAdmin(DeletedThroughService, admin.ModelAdmin):
 
 
 @admin.register(ModelUpload)
-class ModelUploadAdmin(admin.ModelAdmin):
+class ModelUploadAdmin(NotAddedHere, admin.ModelAdmin):
     """A record of each uploaded model and its check; uploads are made on the training page, never here."""
 
     list_display = ["id", "project", "label", "state", "version", "size", "uploaded_by", "created_at"]
@@ -287,12 +303,9 @@ class ModelUploadAdmin(admin.ModelAdmin):
     raw_id_fields = ["project", "uploaded_by", "version"]
     readonly_fields = ["state", "reason", "version", "size", "checked_at"]
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
 
 @admin.register(ItemImport)
-class ItemImportAdmin(admin.ModelAdmin):
+class ItemImportAdmin(NotAddedHere, admin.ModelAdmin):
     """A record of each uploaded items file and how its import went; imports are made on the project page."""
 
     list_display = ["id", "project", "original_name", "state", "count", "problem_total", "size", "uploaded_by",
@@ -300,9 +313,6 @@ class ItemImportAdmin(admin.ModelAdmin):
     list_filter = ["state"]
     raw_id_fields = ["project", "uploaded_by"]
     readonly_fields = ["state", "reason", "count", "problems", "problem_total", "size", "checked_at"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
 
 
 class AdjudicationRevisionInline(admin.TabularInline):
@@ -313,7 +323,7 @@ class AdjudicationRevisionInline(admin.TabularInline):
 
 
 @admin.register(Adjudication)
-class AdjudicationAdmin(admin.ModelAdmin):
+class AdjudicationAdmin(NotAddedHere, admin.ModelAdmin):
     """Read-mostly: adjudicate on the site (`annotate.adjudication` checks the target and keeps revisions)."""
 
     list_display = ["id", "item", "kind", "adjudicator", "source", "updated_at"]

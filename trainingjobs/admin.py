@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
+from annotate.admin import NotAddedHere
 from trainingjobs import services
 from trainingjobs.models import LossPoint, TrainingJob
 
 
 @admin.register(TrainingJob)
-class TrainingJobAdmin(admin.ModelAdmin):
+class TrainingJobAdmin(NotAddedHere, admin.ModelAdmin):
+    """Jobs are launched on a project's Training page or with `manage.py launch_training`, which freeze the
+    reviewed records they train on and queue them: a row added here had no records and was never queued, and as
+    a job waiting it blocked deleting the project's items."""
+
     list_display = ("id", "project", "state", "step", "total_steps", "worker_host", "created_at", "finished_at")
     list_filter = ("state", "project")
     search_fields = ("project__slug", "worker_host", "lease_owner")
@@ -19,12 +24,6 @@ class TrainingJobAdmin(admin.ModelAdmin):
                        "train_uploads", "upload_records")
     raw_id_fields = ("base_version", "result_version", "created_by")
     actions = ("cancel_jobs", "resume_jobs")
-
-    def has_add_permission(self, request) -> bool:
-        """Jobs are launched on a project's Training page or with `manage.py launch_training`, which freeze the
-        reviewed records they train on and queue them: a row added here had no records and was never queued,
-        and as a job waiting it blocked deleting the project's items."""
-        return False
 
     @admin.action(description="Cancel the selected jobs")
     def cancel_jobs(self, request, queryset):

@@ -165,6 +165,27 @@ def test_the_django_admin_edits_a_model_versions_label_only(admin_client, projec
     assert admin_client.get(reverse("admin:annotate_modelversion_add")).status_code == 403
 
 
+def test_the_django_admin_adds_no_claim_or_adjudication_and_changes_no_claim(admin_client, project, reviewer,
+                                                                             second_reviewer) -> None:
+    """A claim added or changed there could hold an item past its overlap; an adjudication added there skipped
+    its checks and history. A claim deleted there frees its place at once."""
+    (item,) = make_ready_items(project, [0.5])
+    assert queue.claim_next(project, reviewer) == item
+    claim = item.claims.get()
+    for name in ("claim", "adjudication"):
+        assert admin_client.get(reverse(f"admin:annotate_{name}_add")).status_code == 403
+    url = reverse("admin:annotate_claim_change", args=[claim.pk])
+    assert admin_client.get(url).status_code == 200
+    assert admin_client.post(url, {"expires_at_0": "2099-01-01", "expires_at_1": "00:00"}).status_code == 403
+
+    admin_client.post(reverse("admin:annotate_claim_delete", args=[claim.pk]), {"post": "yes"})
+
+    assert not item.claims.exists()
+    item.refresh_from_db()
+    assert (item.claimed_by, item.claim_expires_at) == (None, None)
+    assert queue.claim_next(project, second_reviewer) == item
+
+
 def test_the_django_admin_keeps_an_item_in_its_project(admin_client, project) -> None:
     """Its answers carry the project too (`Answer.project`); moving the item alone would split them. Its inputs
     and its count of answers go with its answers too."""
