@@ -163,9 +163,9 @@ class ItemAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         """An item stays in its project: its answers, claims, predictions and sources all name that project. Its
-        inputs are what was predicted and answered, and its count of final answers is the queue's, kept with them
-        (the overlap reads it)."""
-        return ["project", "inputs", "final_answers"] if obj is not None else []
+        inputs are what was predicted and answered; its count of final answers (the overlap reads it) and who
+        holds it (its claims' mirror) are the queue's, kept with its answers and claims."""
+        return ["project", "inputs", "final_answers", "claimed_by", "claim_expires_at"] if obj is not None else []
 
     def get_deleted_objects(self, objs, request):
         """A count per kind of row, as the site's delete page shows, instead of a line per row: Django's collector
