@@ -5,13 +5,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import QuerySet
+from django.http import HttpResponseRedirect
+from django.urls import reverse
 
-from annotate import accounts, deletion, imports, queue
+from annotate import accounts, deletion, imports, queue, versions
 from annotate.models import (
     Adjudication,
     AdjudicationRevision,
@@ -34,15 +37,40 @@ from annotate.models import (
 
 
 class DeletedThroughService:
-    """Admin deletion through the app's own service (`delete_one`), as the site's pages delete: files go too, and
-    work still using the object refuses it (`refusal`). Of several selected, a refused one is a message and the
-    rest still go."""
+    """Admin deletion through the app's own service (`delete_one`, by default `deletion.delete_record`), as the
+    site's pages delete: the rows that hang off the object and its files go too, and work still using it refuses
+    it (`refusal`). The confirmation page counts the rows per kind, where Django's listed each one, and names
+    that work (`blockers`) instead of offering Delete. Of several selected, one refused meanwhile is a message
+    and the rest still go."""
 
-    delete_one: Callable
-    refusal: type[Exception]
+    delete_one: Callable = staticmethod(deletion.delete_record)
+    refusal: type[Exception] = deletion.InUse
+
+    def blockers(self, obj) -> list[str]:
+        return obj.in_use()
+
+    def get_deleted_objects(self, objs, request):
+        rows = deletion.rows_summary(self.model._base_manager.filter(pk__in=[obj.pk for obj in objs]))
+        rows = {model: count for model, count in rows.items() if count}
+        perms_needed = {str(model._meta.verbose_name) for model in rows
+                        if not request.user.has_perm(f"{model._meta.app_label}.delete_{model._meta.model_name}")}
+        protected = [f"{obj}: {reason}" for obj in objs for reason in self.blockers(obj)]
+        return [deletion.counted(rows)], {deletion.name(model): count for model, count in rows.items()}, \
+            perms_needed, protected
 
     def delete_model(self, request, obj) -> None:
-        self.delete_one(obj)
+        try:
+            self.delete_one(obj)
+        except self.refusal as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            request.deletion_refused = True
+
+    def response_delete(self, request, obj_display, obj_id):
+        """Back to the object, not "deleted successfully", when work began using it after the confirmation."""
+        if getattr(request, "deletion_refused", False):
+            opts = self.model._meta
+            return HttpResponseRedirect(reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj_id]))
+        return super().response_delete(request, obj_display, obj_id)
 
     def delete_queryset(self, request, queryset) -> None:
         for obj in queryset:
@@ -60,19 +88,38 @@ class NotAddedHere:
         return False
 
 
-class ViewOnly(NotAddedHere):
-    """Shown, never added, changed or deleted here: the site's own paths keep what these rows feed (an item's
-    count of answers, its status and disagreement, an answer's history) in step with them."""
+class Shown(NotAddedHere):
+    """A record of what the site did (an export, an upload and its check, a training job): every field shown,
+    none changed here, where a changed state or setting would describe work that never ran. Deleted (where the
+    class allows) through `DeletedThroughService`."""
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+class ViewOnly(Shown):
+    """Shown, never added, changed or deleted here: the site's own paths keep what these rows feed (an item's
+    count of answers, its status and disagreement, an answer's history) in step with them."""
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
 
+class MembershipForm(forms.ModelForm):
+    """A membership's project and user are fixed once it exists: changing them would move the member's claims
+    to someone else (or another project) without releasing them. Remove it and add another instead."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            for name in ("project", "user"):
+                if name in self.fields:
+                    self.fields[name].disabled = True
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
+    form = MembershipForm
     extra = 0
     autocomplete_fields = ["user"]
 
@@ -108,8 +155,12 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         """As on the site's settings page: the tool and mode are fixed once the project exists, since its items'
-        inputs, predictions and model versions are all the tool's."""
-        return ["tool", "mode"] if obj is not None else []
+        inputs, predictions and model versions are all the tool's; so is the slug, which its pages' addresses,
+        its API calls and every answer's provenance (`review:<slug>/...`) name."""
+        return ["slug", "tool", "mode"] if obj is not None else []
+
+    def get_prepopulated_fields(self, request, obj=None):
+        return self.prepopulated_fields if obj is None else {}
 
     def save_model(self, request, obj, form, change) -> None:
         """As the site's settings page does: a changed overlap finishes or reopens the items it concerns.
@@ -125,6 +176,7 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
 
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
+    form = MembershipForm
     list_display = ["project", "user", "role", "created_at"]
     list_filter = ["role", "project"]
     search_fields = ["user__username", "project__slug"]
@@ -138,9 +190,10 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(ModelVersion)
-class ModelVersionAdmin(NotAddedHere, admin.ModelAdmin):
+class ModelVersionAdmin(DeletedThroughService, NotAddedHere, admin.ModelAdmin):
     """Versions come with their files, from a new project, a training job or an uploaded model: a row added here
-    would have none (and no folder of its own to hold them)."""
+    would have none (and no folder of its own to hold them). Deleting one removes its folder (disk an old
+    version held), never the project's current model or one a training job still uses."""
 
     list_display = ["id", "project", "label", "tool", "mode", "trained", "directory", "created_at"]
     list_filter = ["trained", "tool"]
@@ -172,7 +225,7 @@ class ItemAdmin(admin.ModelAdmin):
         loaded every answer and prediction of the selected items to list them. Unfinished work in their projects
         shows as what protects them."""
         items = _selected(objs)
-        rows = {model: count for model, count in deletion.item_summary(items).items() if count}
+        rows = {model: count for model, count in deletion.rows_summary(items).items() if count}
         perms_needed = {str(model._meta.verbose_name) for model in rows
                         if not request.user.has_perm(f"{model._meta.app_label}.delete_{model._meta.model_name}")}
         protected = [f"{project}: {reason}" for project in _projects_of(items)
@@ -227,7 +280,10 @@ class ClaimAdmin(NotAddedHere, admin.ModelAdmin):
 
 
 @admin.register(Prediction)
-class PredictionAdmin(admin.ModelAdmin):
+class PredictionAdmin(ViewOnly, admin.ModelAdmin):
+    """Made by a model version for an item: the item's queue order and status follow its confidence, which a
+    change here would leave behind. They go with their item, project or a re-prediction."""
+
     list_display = ["id", "item", "model_version", "confidence", "created_at"]
     raw_id_fields = ["item", "model_version"]
     show_full_result_count = False
@@ -265,54 +321,63 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["prefix", "name", "user", "project", "created_at", "last_used_at", "revoked_at"]
     search_fields = ["name", "user__username", "prefix"]
     raw_id_fields = ["user", "project"]
-    readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        """Whose the token is and which project it reaches are fixed once made (the key was handed to that user
+        for that scope); its name and revocation are edited."""
+        fixed = ["prefix", "key_hash", "created_at", "last_used_at"]
+        return fixed if obj is None else ["user", "project", *fixed]
 
 
 @admin.register(Export)
-class ExportAdmin(admin.ModelAdmin):
+class ExportAdmin(DeletedThroughService, Shown, admin.ModelAdmin):
+    """Exports are made on the project page, which queues them; deleting one removes its files, never while a
+    worker writes them."""
+
     list_display = ["id", "project", "format", "state", "done", "total", "created_at", "finished_at"]
     list_filter = ["state", "format"]
     raw_id_fields = ["project", "requested_by"]
 
 
 @admin.register(ExperienceUpload)
-class ExperienceUploadAdmin(DeletedThroughService, admin.ModelAdmin):
+class ExperienceUploadAdmin(DeletedThroughService, Shown, admin.ModelAdmin):
     """Deleting goes through `imports.remove_upload`, as the project page's Remove does: the file goes too, and
     an upload a waiting or running training job froze cannot be deleted."""
 
     list_display = ["id", "project", "original_name", "state", "size", "uploaded_by", "created_at"]
     list_filter = ["state"]
     raw_id_fields = ["project", "uploaded_by"]
-    readonly_fields = ["summary", "reason", "checked_at"]
 
-    def has_delete_permission(self, request, obj=None) -> bool:
-        if obj is not None and imports.unfinished_jobs_with(obj):
-            return False
-        return super().has_delete_permission(request, obj)
+    def blockers(self, obj) -> list[str]:
+        return [f"training job {pk} froze it and is not over (cancel it, or let it finish)"
+                for pk in imports.unfinished_jobs_with(obj)]
 
     delete_one = staticmethod(imports.remove_upload)
     refusal = imports.UploadInUse
 
 
 @admin.register(ModelUpload)
-class ModelUploadAdmin(NotAddedHere, admin.ModelAdmin):
-    """A record of each uploaded model and its check; uploads are made on the training page, never here."""
+class ModelUploadAdmin(DeletedThroughService, Shown, admin.ModelAdmin):
+    """A record of each uploaded model and its check; uploads are made on the training page, never here.
+    Deleting one goes through `versions.remove_upload`, as the training page's Remove: the version stays."""
 
     list_display = ["id", "project", "label", "state", "version", "size", "uploaded_by", "created_at"]
     list_filter = ["state"]
     raw_id_fields = ["project", "uploaded_by", "version"]
-    readonly_fields = ["state", "reason", "version", "size", "checked_at"]
+
+    delete_one = staticmethod(versions.remove_upload)
+    refusal = versions.UploadBeingChecked
 
 
 @admin.register(ItemImport)
-class ItemImportAdmin(NotAddedHere, admin.ModelAdmin):
-    """A record of each uploaded items file and how its import went; imports are made on the project page."""
+class ItemImportAdmin(DeletedThroughService, Shown, admin.ModelAdmin):
+    """A record of each uploaded items file and how its import went; imports are made on the project page.
+    The items it created stay when the record is deleted; one being imported is not deleted."""
 
     list_display = ["id", "project", "original_name", "state", "count", "problem_total", "size", "uploaded_by",
                     "created_at"]
     list_filter = ["state"]
     raw_id_fields = ["project", "uploaded_by"]
-    readonly_fields = ["state", "reason", "count", "problems", "problem_total", "size", "checked_at"]
 
 
 class AdjudicationRevisionInline(admin.TabularInline):
@@ -343,17 +408,14 @@ class DemoSeedAdmin(admin.ModelAdmin):
 
 
 @admin.register(ItemDeletion)
-class ItemDeletionAdmin(admin.ModelAdmin):
-    """Deletions of items queued from the delete page or the API; a worker does them (`tasks.delete_matching_items`)."""
+class ItemDeletionAdmin(DeletedThroughService, Shown, admin.ModelAdmin):
+    """Deletions of items queued from the delete page or the API, which count the items first; a worker does them
+    (`tasks.delete_matching_items`) and the deletion's page stops one."""
 
     list_display = ["id", "project", "state", "total", "deleted_items", "requested_by", "created_at", "finished_at"]
     list_filter = ["state"]
     raw_id_fields = ["project", "requested_by"]
-    readonly_fields = ["item_ids", "deleted", "heartbeat_at", "finished_at"]
     show_full_result_count = False
-
-    def has_add_permission(self, request) -> bool:
-        return False  # made by the delete page and the API, which count the items first
 
 
 class UserAdmin(auth_admin.UserAdmin):

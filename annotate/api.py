@@ -276,7 +276,7 @@ def delete_items(request: HttpRequest, token: ApiToken, project: Project) -> Jso
         return _error(400, "nothing was deleted", errors=bad)
     if not counts["expected"]:
         through, matching = deletion.matching(project, filters)
-        rows = deletion.item_summary(matching)
+        rows = deletion.rows_summary(matching)
         return _error(428, "nothing was deleted: say how many items you mean to delete; send the request again "
                       f"with expected={rows[Item]}&through={through}", expected=rows[Item], through=through,
                       rows=_rows_json(rows))

@@ -155,12 +155,6 @@ def delete_project(project: Project) -> Deleted:
     return Deleted(_most_first(rows, plan), directories)
 
 
-def item_summary(items: models.QuerySet) -> dict[type[models.Model], int]:
-    """Rows that would go with `items`, per model, most first (the items among them; one count each)."""
-    plan = _plan(items)
-    return _most_first({model: plan.doomed[model].count() for model in plan.order}, plan)
-
-
 def matching(project: Project, filters) -> tuple[int, models.QuerySet]:
     """The newest item of `project` that item-list `filters` match, and the matching items up to it: what a
     confirmation counts and `delete_matching` then deletes, so items imported in between stay."""
@@ -348,6 +342,37 @@ def delete_rows(rows: models.QuerySet) -> dict[type[models.Model], int]:
         plan = _plan(rows)
         deleted, _ = _execute(plan)
     return _most_first(deleted, plan)
+
+
+class InUse(Exception):
+    """Work still reads or writes the row (`in_use` on its model); nothing was deleted."""
+
+
+def delete_record(row: models.Model) -> Deleted:
+    """Delete one export, model version, training job, items import or item deletion (the Django admin's Delete),
+    with the rows that cascade from it and, once committed, its files, as a project's deletion does.
+
+    Raises `InUse` (nothing deleted) while the row's `in_use` names work that still reads or writes it; the row
+    is locked first, as the worker locks it to take it. A row already gone deletes nothing.
+    """
+    model = type(row)
+    with transaction.atomic():
+        locked = model._base_manager.select_for_update().filter(pk=row.pk).first()
+        if locked is None:
+            return Deleted({}, 0)
+        busy = locked.in_use()
+        if busy:
+            name = str(locked)
+            raise InUse(f"{name[:1].upper()}{name[1:]} cannot be deleted yet: {'; '.join(busy)}.")
+        plan = _plan(by_pks(model, [row.pk]))
+        rows, directories = _execute(plan)
+    return Deleted(_most_first(rows, plan), directories)
+
+
+def rows_summary(rows: models.QuerySet) -> dict[type[models.Model], int]:
+    """Rows that would go with `rows`, per model, most first (`rows` among them; one count each)."""
+    plan = _plan(rows)
+    return _most_first({model: plan.doomed[model].count() for model in plan.order}, plan)
 
 
 def by_pks(model: type[models.Model], pks: list[int]) -> models.QuerySet:

@@ -231,7 +231,10 @@ def run(export: Export) -> Export:
     """
     token = secrets.token_hex(8)
     with transaction.atomic():
-        export = Export.objects.select_for_update().select_related("project").get(pk=export.pk)
+        locked = Export.objects.select_for_update().select_related("project").filter(pk=export.pk).first()
+        if locked is None:
+            return export  # deleted (in the Django admin) since its task was sent
+        export = locked
         if export.state == ExportState.SUCCEEDED or (export.state == ExportState.RUNNING and not export.stalled):
             return export
         now = timezone.now()

@@ -244,6 +244,21 @@ class ModelVersion(models.Model):
     def is_materialized(self) -> bool:
         return (self.path / "tool.json").is_file()
 
+    def in_use(self) -> list[str]:
+        """Why the version cannot be deleted now (`deletion.delete_record`): the project predicts with it, or a
+        training job not yet over starts from it or writes it."""
+        from django.apps import apps
+
+        reasons = []
+        if Project.objects.filter(current_version=self).exists():
+            reasons.append("it is the project's current model (promote another version first)")
+        if apps.is_installed("trainingjobs"):
+            jobs = apps.get_model("trainingjobs", "TrainingJob").objects.filter(
+                Q(base_version=self) | Q(result_version=self), state__in=["PENDING", "RUNNING"])
+            reasons += [f"training job {pk} is not over (cancel it on the training page)"
+                        for pk in jobs.order_by("pk").values_list("pk", flat=True)]
+        return reasons
+
     def load(self):
         """The tool in eval mode (worker only: imports torch). A fresh untrained version is created on first use."""
         from annotate import tooling
@@ -632,6 +647,10 @@ class Queued(models.Model):
     def sent_again(self) -> bool:
         return self.sent_at - self.created_at >= STALE_WAIT
 
+    def in_use(self) -> list[str]:
+        """Why the row cannot be deleted now (`deletion.delete_record`): a worker still writes it or its files."""
+        return []
+
 
 class ExportState(models.TextChoices):
     PENDING = "PENDING", "Pending"
@@ -700,6 +719,9 @@ class Export(Queued):
     def percent(self) -> int:
         return int(100 * self.done / self.total) if self.total else (100 if self.is_final else 0)
 
+    def in_use(self) -> list[str]:
+        return ["it is being written"] if self.state == ExportState.RUNNING and not self.stalled else []
+
 
 class DeletionState(models.TextChoices):
     PENDING = "PENDING", "Waiting for a worker"
@@ -754,6 +776,9 @@ class ItemDeletion(Queued):
     def percent(self) -> int:
         return min(100, int(100 * self.deleted_items / self.total)) if self.total else 100
 
+    def in_use(self) -> list[str]:
+        return [] if self.is_final else ["it is still deleting items (stop it on its page first)"]
+
 
 class UploadState(models.TextChoices):
     PENDING = "PENDING", "Being checked"
@@ -792,6 +817,9 @@ class Upload(Queued):
 
     def _refusal(self, reason: str) -> dict:
         return {}
+
+    def in_use(self) -> list[str]:
+        return ["a worker is checking it"] if self.state == UploadState.PENDING else []
 
 
 class ItemImportQuerySet(models.QuerySet):

@@ -480,7 +480,7 @@ def _delete() -> dict:
 
     project = Project.objects.get(slug=EXPORT)
     started = time.perf_counter()
-    rows = deletion.item_summary(project.items.all())
+    rows = deletion.rows_summary(project.items.all())
     page_s = time.perf_counter() - started
     ids = list(project.items.order_by("pk").values_list("pk", flat=True))
     half = ids[len(ids) // 2 - 1]

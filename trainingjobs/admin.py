@@ -4,24 +4,22 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from annotate.admin import NotAddedHere
+from annotate.admin import DeletedThroughService, Shown, ViewOnly
 from trainingjobs import services
 from trainingjobs.models import LossPoint, TrainingJob
 
 
 @admin.register(TrainingJob)
-class TrainingJobAdmin(NotAddedHere, admin.ModelAdmin):
+class TrainingJobAdmin(DeletedThroughService, Shown, admin.ModelAdmin):
     """Jobs are launched on a project's Training page or with `manage.py launch_training`, which freeze the
     reviewed records they train on and queue them: a row added here had no records and was never queued, and as
-    a job waiting it blocked deleting the project's items."""
+    a job waiting it blocked deleting the project's items. A job's settings and state are what it ran with and
+    how it went, shown here; it is cancelled or resumed with the actions, and deleted (its checkpoints and loss
+    points with it, the version it made kept) once it is over."""
 
     list_display = ("id", "project", "state", "step", "total_steps", "worker_host", "created_at", "finished_at")
     list_filter = ("state", "project")
     search_fields = ("project__slug", "worker_host", "lease_owner")
-    readonly_fields = ("lease_owner", "lease_expires_at", "attempts", "worker_host", "device_used", "step",
-                       "total_steps", "epoch", "first_step_at", "metrics", "log", "train_records",
-                       "held_out_records", "train_adjudications", "held_out_adjudications",
-                       "train_uploads", "upload_records")
     raw_id_fields = ("base_version", "result_version", "created_by")
     actions = ("cancel_jobs", "resume_jobs")
 
@@ -43,6 +41,8 @@ class TrainingJobAdmin(NotAddedHere, admin.ModelAdmin):
 
 
 @admin.register(LossPoint)
-class LossPointAdmin(admin.ModelAdmin):
+class LossPointAdmin(ViewOnly, admin.ModelAdmin):
+    """A job's loss curve, written by its worker: it goes with its job."""
+
     list_display = ("job", "step", "epoch", "loss")
     list_filter = ("job",)

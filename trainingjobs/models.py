@@ -128,6 +128,10 @@ class TrainingJob(models.Model):
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
 
+    def in_use(self) -> list[str]:
+        """Why the job cannot be deleted now (`annotate.deletion.delete_record`): a worker may run it."""
+        return [] if self.is_final else [f"it is {self.get_state_display().lower()} (cancel it first)"]
+
     @property
     def train_count(self) -> int:
         """Records trained on: reviewed answers and adjudicated targets."""

@@ -97,7 +97,7 @@ def items_delete(request: HttpRequest, slug: str) -> HttpResponse:
     if blockers is None:
         blockers = deletion.blockers(project)
     through, items = deletion.matching(project, filters)
-    rows = deletion.item_summary(items)
+    rows = deletion.rows_summary(items)
     context = {"project": project, "described": _described(given), "list_url": list_url, "given": given,
                "through": through, "count": rows[Item], "answers": rows.get(Answer, 0), "blockers": blockers,
                "warning": warning, "in_progress": deletion.in_progress(project, items),

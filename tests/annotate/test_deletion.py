@@ -164,7 +164,7 @@ def test_a_fixed_set_of_rows_takes_more_keys_than_a_statement_takes_parameters(d
     pks = [*doomed.items.values_list("pk", flat=True), *range(10**9, 10**9 + 260_000)]
 
     assert deletion.by_pks(Item, pks).count() == 3
-    assert deletion.item_summary(deletion.by_pks(Item, pks))[Item] == 3
+    assert deletion.rows_summary(deletion.by_pks(Item, pks))[Item] == 3
 
 
 def test_matching_items_go_a_batch_at_a_time_each_narrowed_again(doomed, kept) -> None:

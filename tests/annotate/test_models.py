@@ -108,13 +108,24 @@ def test_write_once_takes_chunks_and_stops_at_its_limit(tmp_path) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == ["weights"]  # no partial file, no temporary
 
 
-def test_the_django_admin_keeps_a_projects_tool_and_mode(admin_client, project) -> None:
-    """Its items' inputs, predictions and model versions are the tool's: switching it would strand every one."""
-    page = admin_client.get(reverse("admin:annotate_project_change", args=[project.pk])).content.decode()
-    assert 'name="tool"' not in page and 'name="mode"' not in page and "decision" in page
-    assert 'name="slug"' in page and 'name="overlap"' in page
+def test_the_django_admin_keeps_a_projects_tool_mode_and_slug(admin_client, admin_user, rf, project) -> None:
+    """Its items' inputs, predictions and model versions are the tool's: switching it would strand every one. Its
+    pages, API calls and answers' provenance name the slug, which the site's settings page fixes too."""
+    url = reverse("admin:annotate_project_change", args=[project.pk])
+    page = admin_client.get(url).content.decode()
+    assert not any(f'name="{name}"' in page for name in ("tool", "mode", "slug")) and "decision" in page
+    assert project.slug in page and 'name="overlap"' in page
     added = admin_client.get(reverse("admin:annotate_project_add")).content.decode()
-    assert 'name="tool"' in added and 'name="mode"' in added
+    assert 'name="tool"' in added and 'name="mode"' in added and 'name="slug"' in added
+
+    request = rf.post("/")
+    request.user = admin_user
+    form = project_admin_form(request, project, name="Renamed", slug="elsewhere")
+    assert form.is_valid(), form.errors
+    form.save()
+
+    project.refresh_from_db()
+    assert (project.name, project.slug) == ("Renamed", "outages")
 
 
 def test_the_django_admin_checks_a_projects_configuration_as_the_site_does(rf, project, django_user_model) -> None:

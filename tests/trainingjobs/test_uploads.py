@@ -159,14 +159,16 @@ def test_an_upload_a_waiting_job_froze_is_not_removed_until_the_job_ends(
 
 def test_django_admin_deletes_an_upload_as_the_project_page_removes_it(
         client, django_user_model, project, uploads, django_capture_on_commit_callbacks) -> None:
-    """Its file goes too, and an upload a waiting job froze cannot be deleted there either."""
+    """Its file goes too, and an upload a waiting job froze cannot be deleted there either: the confirmation page
+    names the job instead of offering Delete."""
     superuser = django_user_model.objects.create_superuser("root", password="a-long-password")
     client.force_login(superuser)
     first = uploads[0]
     url = f"/admin/annotate/experienceupload/{first.pk}/delete/"
     job = launch(project, include_uploads=True)
 
-    assert client.post(url, {"post": "yes"}).status_code == 403
+    page = client.post(url, {"post": "yes"}).content.decode()
+    assert f"training job {job.pk} froze it and is not over (cancel it, or let it finish)" in page
     assert first.path.is_file()
 
     services.cancel(job.pk)
