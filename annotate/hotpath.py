@@ -284,12 +284,12 @@ def claims_in_database() -> bool:
 
 def claim_next_in_database(project, user, status: str, now, expires, attempts: int) -> int | None:
     """`queue.claim_next_id` in one round trip: the function takes the steps of `queue._claim_next_in_python`
-    (held claim first, then the first free item in queue order, recounted once locked) and returns the claimed
-    item's id, None when nothing is left."""
+    (the reviewer still a member, the project's overlap read afresh, the held claim first, then the first free
+    item in queue order, recounted once locked) and returns the claimed item's id, None when nothing is left."""
     with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
         cursor.execute(
-            "SELECT annotate_claim_next(%s, %s, %s, %s, %s, %s, %s, %s)",
-            [project.pk, user.pk, status, _final_kinds(), project.overlap, now, expires, attempts],
+            "SELECT annotate_claim_next(%s, %s, %s, %s, %s, %s, %s)",
+            [project.pk, user.pk, status, _final_kinds(), now, expires, attempts],
         )
         return cursor.fetchone()[0]
 
@@ -368,9 +368,12 @@ def _locked_sql(connection):
 _LOCKED = _Query(_locked_sql)
 
 
-def lock_reviewer(project_id: int, user_id: int) -> bool:
-    """Whether the user may still be given items in the project (active, and a member or staff), holding their
-    account's row (KEY SHARE) until this transaction ends.
+def lock_reviewer(project_id: int, user_id: int) -> int | None:
+    """The project's overlap as it is now if the user may still be given items in it (active, and a member or
+    staff), else None; their account's row is held (KEY SHARE) until this transaction ends.
+
+    The overlap is read here because the request read it with the project before it claims: an overlap lowered
+    in between (on the settings page, in Django's admin) would still give a place it no longer has.
 
     A request checks membership before its claim; a removal or deactivation landing between the two would leave
     a claim made after it released the reviewer's claims. Both lock the account's row first
@@ -386,13 +389,14 @@ def lock_reviewer(project_id: int, user_id: int) -> bool:
                        f"AND {q('is_active')}{lock}", [user_id])
         row = cursor.fetchone()
         if row is None:
-            return False
-        if row[0]:
-            return True
+            return None
         # A statement of its own: after waiting for the lock, it reads what the removal committed.
-        cursor.execute(f"SELECT 1 FROM {_table(Membership, q)} WHERE {q('project_id')} = %s AND {q('user_id')} = %s",
-                       [project_id, user_id])
-        return cursor.fetchone() is not None
+        cursor.execute(
+            f"SELECT p.{q('overlap')} FROM {_table(Project, q)} p WHERE p.{q('id')} = %s AND (%s OR EXISTS ("
+            f"SELECT 1 FROM {_table(Membership, q)} m WHERE m.{q('project_id')} = p.{q('id')} "
+            f"AND m.{q('user_id')} = %s))", [project_id, bool(row[0]), user_id])
+        row = cursor.fetchone()
+        return row[0] if row is not None else None
 
 
 def lock_account(user_id: int) -> None:

@@ -307,9 +307,13 @@ def _final_answers(user, **where):
 def _claiming(project: Project, user) -> Iterator[bool]:
     """A transaction that may give `user` a claim in `project`, and whether it may: not if they were removed or
     deactivated since the request checked (`hotpath.lock_reviewer`, taken first, before any item's lock, as the
-    database claim function does). Every claim the Python steps make is made inside one."""
+    database claim function does). `project.overlap` is then the overlap as it is now, not as the request read
+    it. Every claim the Python steps make is made inside one."""
     with transaction.atomic():
-        yield hotpath.lock_reviewer(project.pk, user.pk)
+        overlap = hotpath.lock_reviewer(project.pk, user.pk)
+        if overlap is not None:
+            project.overlap = overlap
+        yield overlap is not None
 
 
 def _claim(item: Item, user, expires, now) -> Item:

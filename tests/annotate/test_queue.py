@@ -504,6 +504,32 @@ def test_a_submit_settles_its_item_by_the_overlap_saved_after_its_request_read_t
     assert Item.objects.get(pk=raised.pk).status == ItemStatus.READY  # two answers of three
 
 
+def test_a_claim_gives_no_place_the_overlap_saved_after_its_request_read_the_project_lacks(
+        ready_items, project, reviewer, second_reviewer, django_user_model) -> None:
+    """An admin lowered the overlap between a request's read of the project and its claim (or the Keep of a
+    lease that had ended): the item is full under the new overlap, and no second reviewer is given it."""
+    project.overlap = 2
+    project.save()
+    (item,) = ready_items(project, [0.1])
+    assert queue.claim_next(project, reviewer) == item
+    staff = django_user_model.objects.create_user("staff", is_staff=True)  # not a member: its own check
+    read_before = Project.objects.get(pk=project.pk)  # overlap 2: a place left
+    project.overlap = 1
+    project.save()
+
+    assert queue.claim_next(read_before, second_reviewer) is None
+    assert queue.claim_next(read_before, staff) is None
+
+    Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert queue.claim_next(project, second_reviewer) == item  # the place the ended lease left
+    item.project = Project.objects.get(pk=project.pk)
+    item.project.overlap = 2
+    with pytest.raises(queue.NotKept, match="Another reviewer took this item"):
+        queue.keep(item, reviewer)
+    assert list(Claim.objects.filter(item=item, expires_at__gt=timezone.now()).values_list(
+        "reviewer", flat=True)) == [second_reviewer.pk]
+
+
 def _two_answers(project, item, reviewer, second_reviewer, first: str, second: str) -> None:
     project.overlap = 2
     project.save()
