@@ -155,6 +155,20 @@ def _quick_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def _empty_local_cache():
+    """Each test starts with this process's cache empty. Pages cache figures under a project's id (progress,
+    agreement, the item page's glance), and on SQLite a rolled-back test's ids come again in the next test: an
+    earlier test's figures showed in a later one's pages. Ids are never reused outside tests (AUTOINCREMENT, and
+    PostgreSQL's sequences). A shared cache (TC_CACHE_URL) is left alone: other test processes use it too."""
+    yield
+    from django.core.cache import caches
+    from django.core.cache.backends.locmem import LocMemCache
+
+    if isinstance(caches["default"], LocMemCache):
+        caches["default"].clear()
+
+
+@pytest.fixture(autouse=True)
 def _artifact_dir(settings, tmp_path):
     """Keep each test's checkpoints and experience files in its own temporary directory."""
     settings.TC_ARTIFACT_DIR = tmp_path / "artifacts"
