@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import model_ngettext
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -73,11 +74,25 @@ class DeletedThroughService:
         return super().response_delete(request, obj_display, obj_id)
 
     def delete_queryset(self, request, queryset) -> None:
+        deleted = refused = 0
         for obj in queryset:
             try:
                 self.delete_one(obj)
+                deleted += 1
             except self.refusal as exc:
+                refused += 1
                 self.message_user(request, str(exc), messages.ERROR)
+        request.deletion_counts = (deleted, refused)
+
+    def message_user(self, request, message, level=messages.INFO, *args, **kwargs) -> None:
+        """Django's Delete action then says every selected object was deleted: where some were refused meanwhile,
+        it says how many went instead."""
+        deleted, refused = getattr(request, "deletion_counts", (0, 0))
+        if level == messages.SUCCESS and refused:
+            message = (f"Deleted {deleted} {model_ngettext(self.opts, deleted)}; {refused} could not be deleted "
+                       "(see why above).")
+            level = messages.WARNING
+        super().message_user(request, message, level, *args, **kwargs)
 
 
 class NotAddedHere:

@@ -251,3 +251,22 @@ def test_a_model_upload_goes_as_the_training_pages_remove_does(admin_client, pro
 
     assert not ModelUpload.objects.filter(pk=row.pk).exists() and not row.directory.exists()
     assert ModelVersion.objects.filter(pk=project.current_version_id).exists()
+
+
+def test_deleting_several_says_how_many_went_when_some_were_refused_meanwhile(
+        admin_client, project, monkeypatch, django_capture_on_commit_callbacks) -> None:
+    """Django's action reported every selected export deleted, the refused one too."""
+    from annotate.admin import ExportAdmin
+
+    done = _export(project, ExportState.SUCCEEDED)
+    writing = _export(project, ExportState.RUNNING, heartbeat_at=timezone.now())
+    monkeypatch.setattr(ExportAdmin, "blockers", lambda self, obj: [])  # the page saw neither in use
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(url(Export, "changelist"), {
+            "action": "delete_selected", "_selected_action": [done.pk, writing.pk], "post": "yes"})
+
+    messages = [str(message) for message in get_messages(response.wsgi_request)]
+    assert messages == [f"Export {writing.pk} of Outages cannot be deleted yet: it is being written.",
+                        "Deleted 1 export; 1 could not be deleted (see why above)."]
+    assert list(Export.objects.values_list("pk", flat=True)) == [writing.pk]
