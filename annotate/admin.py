@@ -51,13 +51,8 @@ class DeletedThroughService:
         return obj.in_use()
 
     def get_deleted_objects(self, objs, request):
-        rows = deletion.rows_summary(self.model._base_manager.filter(pk__in=[obj.pk for obj in objs]))
-        rows = {model: count for model, count in rows.items() if count}
-        perms_needed = {str(model._meta.verbose_name) for model in rows
-                        if not request.user.has_perm(f"{model._meta.app_label}.delete_{model._meta.model_name}")}
-        protected = [f"{obj}: {reason}" for obj in objs for reason in self.blockers(obj)]
-        return [deletion.counted(rows)], {deletion.name(model): count for model, count in rows.items()}, \
-            perms_needed, protected
+        return _confirmation(request, self.model._base_manager.filter(pk__in=[obj.pk for obj in objs]),
+                             [f"{obj}: {reason}" for obj in objs for reason in self.blockers(obj)])
 
     def delete_model(self, request, obj) -> None:
         try:
@@ -93,6 +88,20 @@ class DeletedThroughService:
                        "(see why above).")
             level = messages.WARNING
         super().message_user(request, message, level, *args, **kwargs)
+
+
+def _confirmation(request, rows: QuerySet, protected: list[str]):
+    """What `get_deleted_objects` gives Django's delete confirmation for `rows` and what cascades from them: a
+    count per kind of row (Django's collector loaded and listed each one), the kinds the user may not delete, and
+    `protected`, the work that keeps them."""
+    counted = {model: count for model, count in deletion.rows_summary(rows).items() if count}
+    return [deletion.counted(counted)], {deletion.name(model): count for model, count in counted.items()}, \
+        _perms_needed(request, counted), protected
+
+
+def _perms_needed(request, models) -> set[str]:
+    return {str(model._meta.verbose_name) for model in models
+            if not request.user.has_perm(f"{model._meta.app_label}.delete_{model._meta.model_name}")}
 
 
 class NotAddedHere:
@@ -160,8 +169,7 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
             counts["projects"] += 1
             for model, count in rows.items():
                 counts[deletion.name(model)] = counts.get(deletion.name(model), 0) + count
-                if not request.user.has_perm(f"{model._meta.app_label}.delete_{model._meta.model_name}"):
-                    perms_needed.add(str(model._meta.verbose_name))
+            perms_needed |= _perms_needed(request, rows)
             protected += [f"{project}: {reason}" for reason in deletion.blockers(project)]
         return lines, counts, perms_needed, protected
 
@@ -180,9 +188,8 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
     def save_model(self, request, obj, form, change) -> None:
         """As the site's settings page does: a changed overlap finishes or reopens the items it concerns.
 
-        Once the admin's transaction has committed: applying it waits for the submits in flight, and one of them
-        may be waiting for this transaction's lock on the project's row (a new answer's reference to its
-        project, when the slug changed too).
+        Once the admin's transaction has committed: applying it waits for the submits in flight, which must not
+        wait in turn for the locks this transaction holds (its rows, its memberships).
         """
         super().save_model(request, obj, form, change)
         if change and "overlap" in form.changed_data:
@@ -240,13 +247,8 @@ class ItemAdmin(admin.ModelAdmin):
         loaded every answer and prediction of the selected items to list them. Unfinished work in their projects
         shows as what protects them."""
         items = _selected(objs)
-        rows = {model: count for model, count in deletion.rows_summary(items).items() if count}
-        perms_needed = {str(model._meta.verbose_name) for model in rows
-                        if not request.user.has_perm(f"{model._meta.app_label}.delete_{model._meta.model_name}")}
-        protected = [f"{project}: {reason}" for project in _projects_of(items)
-                     for reason in deletion.blockers(project)]
-        return [deletion.counted(rows)], {deletion.name(model): count for model, count in rows.items()}, \
-            perms_needed, protected
+        return _confirmation(request, items, [f"{project}: {reason}" for project in _projects_of(items)
+                                              for reason in deletion.blockers(project)])
 
     def delete_model(self, request, obj) -> None:
         self.delete_queryset(request, Item.objects.filter(pk=obj.pk))
