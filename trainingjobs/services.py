@@ -12,6 +12,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from trainingjobs import defaults, snapshot
@@ -225,6 +226,28 @@ def queue_place(job: TrainingJob) -> QueuePlace | None:
     ahead = TrainingJob.objects.filter(state=JobState.PENDING, queued_at__lt=job.queued_at).count()
     no_worker = running == 0 and timezone.now() - job.queued_at >= NO_WORKER_WAIT
     return QueuePlace(running, ahead, no_worker)
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What the GPU workers have on among some projects' jobs: for the overview of jobs and the home page."""
+
+    running: int
+    queued: int
+    no_worker: bool  # jobs wait, none runs, and the oldest has waited NO_WORKER_WAIT: is any worker up?
+
+
+def activity(jobs) -> Activity:
+    """Counts of `jobs` (a queryset) running and queued, in one statement."""
+    counts = jobs.filter(state__in=(JobState.PENDING, JobState.RUNNING)).aggregate(
+        running=Count("id", filter=Q(state=JobState.RUNNING)),
+        queued=Count("id", filter=Q(state=JobState.PENDING)),
+        oldest=Min("queued_at", filter=Q(state=JobState.PENDING)),
+    )
+    oldest = counts["oldest"]
+    no_worker = (counts["running"] == 0 and oldest is not None and timezone.now() - oldest >= NO_WORKER_WAIT
+                 and not TrainingJob.objects.filter(state=JobState.RUNNING).exists())  # workers are shared
+    return Activity(counts["running"], counts["queued"], no_worker)
 
 
 def _requeue(job: TrainingJob) -> None:

@@ -9,6 +9,7 @@ from trainingjobs import views
 app_name = "trainingjobs"
 
 urlpatterns = [
+    path("", views.job_index, name="index"),
     path("projects/<slug:slug>/", views.project_jobs, name="project_jobs"),
     path("projects/<slug:slug>/versions/upload", views.version_upload, name="version_upload"),
     path("projects/<slug:slug>/versions/uploads/<int:pk>", views.version_upload_status, name="version_upload_status"),

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
 from django.db.models.functions import Mod
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,13 +23,48 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HTMX_STOP_POLLING
 
 from annotate import versions as version_uploads
-from annotate.models import ModelUpload, ModelVersion
+from annotate.models import ModelUpload, ModelVersion, Project
 from annotate.views import display
 from annotate.views.access import admin_project
 from annotate.views.uploads import remove_row, upload_row
 from trainingjobs import plot, services, snapshot
 from trainingjobs.forms import ContinueForm, LaunchForm, ModelUploadForm
-from trainingjobs.models import TrainingJob
+from trainingjobs.models import ACTIVE_STATES, FROZEN_FIELDS, JobState, TrainingJob
+
+# The overview's tabs: which states each shows.
+SHOWN = {"all": None, "active": ACTIVE_STATES, "failed": (JobState.FAILED,)}
+PER_PAGE = 50
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def job_index(request):
+    """The jobs of every project the user administers (staff: all), queued and running first. While any is, the
+    list polls itself (HTTP 286 once none is); with HX-Request, the list's section alone."""
+    projects = Project.objects.administered_by(request.user)
+    if request.user.is_staff:
+        jobs = TrainingJob.objects.all()
+    elif projects.exists():
+        jobs = TrainingJob.objects.filter(project__in=projects)
+    else:
+        raise PermissionDenied("Only a project's admins see its training jobs.")
+    show = request.GET.get("show") if request.GET.get("show") in SHOWN else "all"
+    listed = jobs.filter(state__in=SHOWN[show]) if SHOWN[show] else jobs
+    listed = listed.listed().select_related("project", "base_version", "result_version", "created_by")
+    page = Paginator(listed.active_first(), PER_PAGE).get_page(request.GET.get("page"))
+    activity = services.activity(jobs)
+    context = {
+        "page": page, "show": show, "activity": activity,
+        "counts": jobs.aggregate(all=Count("id"), failed=Count("id", filter=Q(state=JobState.FAILED))),
+        "projects": projects.order_by("name")[:5], "more_projects": projects.count() > 5,
+    }
+    if request.htmx:
+        response = render(request, "trainingjobs/_job_index.html", context)
+        if not (activity.running or activity.queued):
+            response.status_code = HTMX_STOP_POLLING
+        return response
+    return render(request, "trainingjobs/index.html", context)
 
 
 @login_required
@@ -57,7 +95,7 @@ def project_jobs(request, slug: str):
         "form": form,
         "records": records,
         "adjudicated": adjudicated,
-        "jobs": project.training_jobs.select_related("base_version", "result_version")[:50],
+        "jobs": project.training_jobs.listed().select_related("base_version", "result_version", "created_by")[:50],
         "versions": project.versions.all()[:50],
         "model_uploads": project.model_uploads.select_related("version")[:10],
         "model_upload_form": ModelUploadForm(),
@@ -71,7 +109,7 @@ def project_jobs(request, slug: str):
 @vary_on_headers("HX-Request")
 def job_detail(request, pk: int):
     """The job page; with HX-Request, its status fragment (HTTP 286 once the job is final)."""
-    job = _job(request, pk)
+    job = _job(request, pk, polled=bool(request.htmx))
     context = _status_context(job)
     if request.htmx:
         # The fragment polls with the state it shows; until that changes, a message shown with it still holds.
@@ -166,12 +204,11 @@ def version_upload_remove(request, slug: str, pk: int):
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
-def _job(request, pk: int) -> TrainingJob:
-    """Job `pk` if the user administers its project; 404 for non-members (403 for reviewers)."""
-    job = get_object_or_404(
-        TrainingJob.objects.select_related("project", "base_version", "result_version", "project__current_version"),
-        pk=pk,
-    )
+def _job(request, pk: int, *, polled: bool = False) -> TrainingJob:
+    """Job `pk` if the user administers its project; 404 for non-members (403 for reviewers). The status its page
+    polls every second shows no counts of the records the job froze, so it leaves those lists unread."""
+    jobs = TrainingJob.objects.select_related("project", "base_version", "result_version", "project__current_version")
+    job = get_object_or_404(jobs.defer(*FROZEN_FIELDS) if polled else jobs, pk=pk)
     admin_project(request, job.project.slug)
     return job
 
