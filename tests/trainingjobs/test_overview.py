@@ -119,7 +119,13 @@ def test_the_empty_list_says_where_jobs_are_launched(client, admin, project) -> 
     page = client.get(INDEX).content.decode()
 
     assert 'id="no-jobs"' in page and "No job is queued or running." in page
-    assert f'<a href="{reverse("trainingjobs:project_jobs", args=[project.slug])}">Outages</a>' in page
+    assert f'<a href="{reverse("trainingjobs:project_jobs", args=[project.slug])}">Outages</a>.' in page
+
+    for n in range(5):
+        more = Project.objects.create(slug=f"p{n}", name=f"P{n}", tool="decision", mode="rank")
+        Membership.objects.create(project=more, user=admin, role=Role.ADMIN)
+    page = client.get(INDEX).content.decode()
+    assert page.count('href="/jobs/projects/') == 5 and ">P4<" not in page and "P3</a> and others." in page
 
 
 def test_the_list_polls_while_a_job_is_queued_or_running_and_stops_with_286(client, admin, project, reviewed) -> None:
