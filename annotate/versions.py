@@ -1,4 +1,5 @@
-"""Model versions brought in from outside: the two files of a tool saved with `save_pretrained`, uploaded.
+"""Model versions brought in from outside: the two files of a tool saved with `save_pretrained`, uploaded; and
+taken out, as one archive of those two files (`archive`), to train further offline.
 
 This closes the offline loop: export experience files, train on them with the library anywhere, and bring the
 result back as a model version to compare and promote. The web process never imports torch, so it checks only
@@ -11,6 +12,8 @@ are removed either way: an accepted tool is saved afresh into its version's dire
 from __future__ import annotations
 
 import shutil
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from django.conf import settings
@@ -19,7 +22,7 @@ from django.utils import timezone
 
 from annotate import storage
 from annotate.imports import ImportRejected, loads, read_limited
-from annotate.models import ModelUpload, Project, UploadState
+from annotate.models import ModelUpload, ModelVersion, Project, UploadState
 
 MANIFEST = "tool.json"
 WEIGHTS = "model.safetensors"
@@ -32,6 +35,58 @@ class UploadRefused(ValueError):
 
 class UploadBeingChecked(ValueError):
     """A worker is checking the upload; it can be removed once accepted or refused."""
+
+
+CHUNK = 1024 * 1024  # what a download holds in memory at a time
+
+
+def archive(version: ModelVersion) -> Iterator[bytes]:
+    """`tool.json` and `model.safetensors` of `version` as a zip archive, made while it is sent: nothing is written
+    to disk, and memory holds a chunk at a time however large the weights (stored, not compressed: weights hardly
+    compress). Both files are opened here, so a missing one raises FileNotFoundError before anything is sent, and
+    a version deleted meanwhile still sends the files it opened."""
+    files = []
+    try:
+        for name in (MANIFEST, WEIGHTS):
+            files.append((name, (version.path / name).open("rb")))
+    except OSError:
+        for _, source in files:
+            source.close()
+        raise
+    return _zipped(files)
+
+
+def _zipped(files: list) -> Iterator[bytes]:
+    sink = _Sink()
+    try:
+        with zipfile.ZipFile(sink, "w", zipfile.ZIP_STORED) as zipped:
+            for name, source in files:
+                with zipped.open(name, "w", force_zip64=True) as target:
+                    while chunk := source.read(CHUNK):
+                        target.write(chunk)
+                        yield sink.take()
+        yield sink.take()
+    finally:
+        for _, source in files:
+            source.close()
+
+
+class _Sink:
+    """A write-only file for `zipfile` that hands over what was written since the last `take`."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def write(self, data) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> bytes:
+        data, self._parts = b"".join(self._parts), []
+        return data
 
 
 def max_model_bytes() -> int:

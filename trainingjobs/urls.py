@@ -20,4 +20,5 @@ urlpatterns = [
     path("<int:pk>/resume", views.job_resume, name="resume"),
     path("<int:pk>/continue", views.job_continue, name="continue"),
     path("versions/<int:pk>/promote", views.version_promote, name="promote"),
+    path("versions/<int:pk>/download", views.version_download, name="version_download"),
 ]

@@ -14,10 +14,11 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.db.models.functions import Mod
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HTMX_STOP_POLLING
@@ -159,6 +160,25 @@ def version_promote(request, pk: int):
     if job_id and job_id.isdigit() and TrainingJob.objects.filter(pk=job_id, project=version.project).exists():
         return _redirect(request, "trainingjobs:job", int(job_id))
     return _redirect(request, "trainingjobs:project_jobs", version.project.slug)
+
+
+@login_required
+@require_GET
+def version_download(request, pk: int):
+    """A model version's `tool.json` and `model.safetensors` in one zip, to train further offline (`tensorcode
+    train`) and upload back; sent as it is made."""
+    version = get_object_or_404(ModelVersion.objects.select_related("project"), pk=pk)
+    project = admin_project(request, version.project.slug)
+    try:
+        chunks = version_uploads.archive(version)
+    except FileNotFoundError:
+        messages.error(request, f"{version} has no files to download yet: " + (
+            "its files are missing from the artifact storage." if version.trained else
+            "an untrained version's fresh tool is made the first time a worker predicts with it."))
+        return redirect("trainingjobs:project_jobs", project.slug)
+    response = StreamingHttpResponse(chunks, content_type="application/zip")
+    response["Content-Disposition"] = content_disposition_header(True, f"{project.slug}-version-{version.pk}.zip")
+    return response
 
 
 @login_required

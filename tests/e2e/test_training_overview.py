@@ -1,7 +1,9 @@
 """In a real browser: a project admin goes from the home page to the overview of training jobs, which follows a job
-from queued to finished by itself, and switches its tabs."""
+from queued to finished by itself, and switches its tabs; then downloads the version the job made."""
 
 from __future__ import annotations
+
+import zipfile
 
 import torch
 
@@ -47,3 +49,14 @@ def test_the_overview_follows_a_job_from_queued_to_finished(page, artifacts, dja
     page.get_by_role("link", name=f"Job {job.pk}", exact=True).click()
     page.wait_for_url(f"**/jobs/{job.pk}/")
     assert page.locator(".state[data-state=SUCCEEDED]").is_visible()
+
+    # The version the job made downloads from the project's training page as one zip of its two files.
+    page.goto(f"{page.base_url}/jobs/projects/{project.slug}/")
+    version = TrainingJob.objects.get(pk=job.pk).result_version
+    with page.expect_download() as info:
+        page.click(f"#download-version-{version.pk}")
+    download = info.value
+    assert download.suggested_filename == f"outages-version-{version.pk}.zip"
+    with zipfile.ZipFile(download.path()) as archive:
+        assert archive.namelist() == ["tool.json", "model.safetensors"]
+        assert archive.read("model.safetensors") == (version.path / "model.safetensors").read_bytes()
