@@ -131,12 +131,14 @@ def _validate(args) -> int:
 
 # -- helpers -------------------------------------------------------------------------------------------------------
 def _experience_files(arguments: list[str]) -> list[Path]:
-    """Experience files in the order given; a directory stands for the ``*.json`` files in it, sorted by name."""
+    """Experience files in the order given. A directory stands for the ``*.json`` files in it, sorted by name; an
+    export's directory (a ``manifest.json`` listing its ``files``) for exactly the files its manifest lists."""
     paths = []
     for argument in arguments:
         path = Path(argument)
         if path.is_dir():
-            found = sorted(p for p in path.glob("*.json") if p.is_file())
+            found = _listed(path) if (path / EXPORT_MANIFEST).is_file() else sorted(
+                p for p in path.glob("*.json") if p.is_file())
             if not found:
                 raise ValueError(f"{path}: the directory holds no experience files (*.json)")
             paths += found
@@ -144,6 +146,30 @@ def _experience_files(arguments: list[str]) -> list[Path]:
             paths.append(path)
         else:
             raise ValueError(f"{path}: no such experience file or directory")
+    return paths
+
+
+EXPORT_MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 64 * 2**20  # an export of 100,000 records a minibatch each lists them in some 10 MiB
+
+
+def _listed(directory: Path) -> list[Path]:
+    """The experience files an export's manifest lists, in its order; each must be a file of that directory."""
+    where = directory / EXPORT_MANIFEST
+    try:
+        if where.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ValueError(f"it is over {MAX_MANIFEST_BYTES // 2**20} MiB")
+        names = [entry["name"] for entry in json.loads(where.read_bytes())["files"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{where}: not an export's manifest (a JSON object whose \"files\" lists "
+                         f"{{\"name\": ...}} entries): {exc}") from None
+    paths = []
+    for name in names:
+        if not isinstance(name, str) or not name or Path(name).name != name or name.startswith("."):
+            raise ValueError(f"{where}: {name!r} is not the name of a file beside the manifest")
+        if not (directory / name).is_file():
+            raise ValueError(f"{where}: lists {name}, which is missing (an export's files travel together)")
+        paths.append(directory / name)
     return paths
 
 

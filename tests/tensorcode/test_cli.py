@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -212,3 +213,43 @@ def test_installed_script_trains_from_another_folder(workspace, tmp_path):
     evaluate = subprocess.run([script, "evaluate", "trained", str(workspace / "experiences")], cwd=elsewhere,
                               env=env, capture_output=True, text=True, timeout=300)
     assert evaluate.returncode == 0 and evaluate.stdout.startswith("top1 "), evaluate.stderr
+
+
+def _export_folder(workspace: Path, folder: Path, names: list[str]) -> Path:
+    """An export's folder as the site writes it: experience parts, a manifest listing them, the answers' JSONL."""
+    folder.mkdir()
+    for i, name in enumerate(names):
+        shutil.copy(workspace / "experiences" / f"experience-{i}.json", folder / name)
+    manifest = {"format": "tensorcode-annotate-export", "tool": "decision", "files": [{"name": n} for n in names]}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (folder / "answers.jsonl").write_text("{}\n")
+    return folder
+
+
+def test_an_exports_folder_stands_for_the_parts_its_manifest_lists(workspace, tmp_path):
+    from tensorcode import cli
+
+    folder = _export_folder(workspace, tmp_path / "export", ["part-00002.json", "part-00001.json"])
+    (folder / "notes.json").write_text("{}")  # not listed: not an experience file of the export
+
+    assert cli._experience_files([str(folder)]) == [folder / "part-00002.json", folder / "part-00001.json"]
+    done = tensorcode("evaluate", workspace / "tool", folder, "--json", cwd=tmp_path)
+    assert json.loads(done.stdout)["examples"] == 8  # two parts of four reviews; the manifest read as none
+
+
+@pytest.mark.parametrize(("manifest", "match"), [
+    ('{"files": [{"name": "part-00009.json"}]}', "lists part-00009.json, which is missing"),
+    ('{"files": [{"name": "../experience-0.json"}]}', "'../experience-0.json' is not the name of a file beside"),
+    ('{"files": [{"name": ".hidden.json"}]}', "'.hidden.json' is not the name of a file beside"),
+    ('{"files": "part-00001.json"}', "not an export's manifest"),
+    ("{not json", "not an export's manifest"),
+])
+def test_an_exports_folder_with_a_bad_manifest_is_refused_naming_it(workspace, tmp_path, manifest, match):
+    from tensorcode import cli
+
+    folder = _export_folder(workspace, tmp_path / "export", ["part-00001.json"])
+    (folder / "manifest.json").write_text(manifest)
+
+    with pytest.raises(ValueError, match=re.escape(match)) as refused:
+        cli._experience_files([str(folder)])
+    assert str(refused.value).startswith(f"{folder / 'manifest.json'}: ")
