@@ -11,14 +11,27 @@ import functools
 import logging
 from collections.abc import Callable
 
-from django.http import HttpRequest, JsonResponse
+from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import reverse
+from django.utils.http import content_disposition_header
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from annotate import deletion, imports, itemlist
 from annotate import export as exports
-from annotate.models import Answer, ApiToken, Export, Item, ItemDeletion, ItemImport, Project, Role
+from annotate import versions as model_versions
+from annotate.models import (
+    Answer,
+    ApiToken,
+    Export,
+    ExportState,
+    Item,
+    ItemDeletion,
+    ItemImport,
+    ModelVersion,
+    Project,
+    Role,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +67,8 @@ def _reachable(token: ApiToken, slug: str) -> Project | None:
     return project
 
 
-def _administered(token: ApiToken, model: type[Export | ItemImport | ItemDeletion], pk: int, *, defer=()):
+def _administered(token: ApiToken, model: type[Export | ItemImport | ItemDeletion | ModelVersion], pk: int, *,
+                  defer=()):
     """The `model` row `pk` when the token reaches its project with the admin role; None otherwise."""
     row = model.objects.filter(pk=pk).select_related("project").defer(*defer).first()
     if row is None or not token.reaches(row.project) or row.project.role_of(token.user) != Role.ADMIN:
@@ -437,6 +451,21 @@ def export_detail(request: HttpRequest, token: ApiToken, export_id: int) -> Json
     return JsonResponse(export_json(export))
 
 
+@require_GET
+@token_required
+def export_download(request: HttpRequest, token: ApiToken, export_id: int) -> HttpResponse:
+    """`GET /api/exports/<id>/download`: the finished export's archive (its experience files or JSONL, with its
+    manifest), as the project page's Download gives it; 409 until the export has succeeded."""
+    export = _administered(token, Export, export_id)
+    if export is None:
+        return _error(404, f"no export {export_id} that this token can reach")
+    if export.state != ExportState.SUCCEEDED:
+        return _error(409, f"export {export.pk} is {export.state}, not SUCCEEDED: there is nothing to download",
+                      state=export.state)
+    path = exports.archive_path(export)
+    return FileResponse(path.open("rb"), as_attachment=True, filename=path.name)
+
+
 def export_json(export: Export) -> dict:
     return {
         "id": export.pk,
@@ -449,4 +478,41 @@ def export_json(export: Export) -> dict:
         "total": export.total,
         "error": export.error,
         "files": export.files,
+        "download": reverse("api:export_download", args=[export.pk]) if export.state == ExportState.SUCCEEDED else None,
     }
+
+
+@require_GET
+@token_required
+def versions(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
+    """`GET /api/projects/<slug>/versions`: the project's model versions, newest first, and which is current."""
+    project = _reachable(token, slug)
+    if project is None:
+        return _not_reachable(slug)
+    if project.role_of(token.user) != Role.ADMIN:
+        return _error(403, f"the model versions of {slug!r} need the project's admin role")
+    rows = project.versions.all()[:MAX_VERSIONS]
+    return JsonResponse({"current": project.current_version_id, "versions": [
+        {"id": v.pk, "label": str(v), "trained": v.trained, "parent": v.parent_id, "metrics": v.metrics,
+         "created_at": v.created_at.isoformat(), "download": reverse("api:version_download", args=[v.pk])}
+        for v in rows]})
+
+
+MAX_VERSIONS = 500
+
+
+@require_GET
+@token_required
+def version_download(request: HttpRequest, token: ApiToken, version_id: int) -> HttpResponse:
+    """`GET /api/versions/<id>/download`: the version's `tool.json` and `model.safetensors` in one zip, sent as
+    it is made (`annotate.versions.archive`); 409 when the version has no files yet."""
+    version = _administered(token, ModelVersion, version_id)
+    if version is None:
+        return _error(404, f"no model version {version_id} that this token can reach")
+    try:
+        chunks = model_versions.archive(version)
+    except model_versions.NoFiles as exc:
+        return _error(409, str(exc))
+    response = StreamingHttpResponse(chunks, content_type="application/zip")
+    response["Content-Disposition"] = content_disposition_header(True, model_versions.archive_name(version))
+    return response

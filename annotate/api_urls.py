@@ -20,6 +20,9 @@ urlpatterns = [
     path("imports/<int:import_id>", api.import_detail, name="import"),
     path("projects/<slug:slug>/exports", api.create_export, name="exports"),
     path("exports/<int:export_id>", api.export_detail, name="export"),
+    path("exports/<int:export_id>/download", api.export_download, name="export_download"),
+    path("projects/<slug:slug>/versions", api.versions, name="versions"),
+    path("versions/<int:version_id>/download", api.version_download, name="version_download"),
     path("deletions/<int:deletion_id>", api.deletion_detail, name="deletion"),
     path("deletions/<int:deletion_id>/stop", api.deletion_stop, name="deletion_stop"),
 ]

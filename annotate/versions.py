@@ -11,7 +11,9 @@ are removed either way: an accepted tool is saved afresh into its version's dire
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,31 +39,50 @@ class UploadBeingChecked(ValueError):
     """A worker is checking the upload; it can be removed once accepted or refused."""
 
 
+class NoFiles(ValueError):
+    """The version has no files to download; the message says why."""
+
+
 CHUNK = 1024 * 1024  # what a download holds in memory at a time
 
 
 def archive(version: ModelVersion) -> Iterator[bytes]:
     """`tool.json` and `model.safetensors` of `version` as a zip archive, made while it is sent: nothing is written
     to disk, and memory holds a chunk at a time however large the weights (stored, not compressed: weights hardly
-    compress). Both files are opened here, so a missing one raises FileNotFoundError before anything is sent, and
-    a version deleted meanwhile still sends the files it opened."""
+    compress). Both files are opened here, so a missing one raises `NoFiles` before anything is sent, and a
+    version deleted meanwhile still sends the files it opened."""
     files = []
     try:
         for name in (MANIFEST, WEIGHTS):
-            files.append((name, (version.path / name).open("rb")))
+            source = (version.path / name).open("rb")
+            files.append((_entry(name, os.fstat(source.fileno()).st_mtime), source))
     except OSError:
         for _, source in files:
             source.close()
-        raise
+        raise NoFiles(f"{version} has no files to download yet: " + (
+            "its files are missing from the artifact storage" if version.trained else
+            "an untrained version's fresh tool is made the first time a worker predicts with it")) from None
     return _zipped(files)
+
+
+def archive_name(version: ModelVersion) -> str:
+    """What a downloaded archive is called: `<project slug>-version-<id>.zip`."""
+    return f"{version.project.slug}-version-{version.pk}.zip"
+
+
+def _entry(name: str, mtime: float) -> zipfile.ZipInfo:
+    """The file's name and time, readable by everyone once unzipped (the artifact files' own mode may be 0600)."""
+    entry = zipfile.ZipInfo(name, date_time=time.localtime(max(mtime, 315532800))[:6])  # zip's dates start in 1980
+    entry.external_attr = 0o644 << 16
+    return entry
 
 
 def _zipped(files: list) -> Iterator[bytes]:
     sink = _Sink()
     try:
         with zipfile.ZipFile(sink, "w", zipfile.ZIP_STORED) as zipped:
-            for name, source in files:
-                with zipped.open(name, "w", force_zip64=True) as target:
+            for entry, source in files:
+                with zipped.open(entry, "w", force_zip64=True) as target:
                     while chunk := source.read(CHUNK):
                         target.write(chunk)
                         yield sink.take()

@@ -171,13 +171,11 @@ def version_download(request, pk: int):
     project = admin_project(request, version.project.slug)
     try:
         chunks = version_uploads.archive(version)
-    except FileNotFoundError:
-        messages.error(request, f"{version} has no files to download yet: " + (
-            "its files are missing from the artifact storage." if version.trained else
-            "an untrained version's fresh tool is made the first time a worker predicts with it."))
+    except version_uploads.NoFiles as exc:
+        messages.error(request, f"{exc}.")
         return redirect("trainingjobs:project_jobs", project.slug)
     response = StreamingHttpResponse(chunks, content_type="application/zip")
-    response["Content-Disposition"] = content_disposition_header(True, f"{project.slug}-version-{version.pk}.zip")
+    response["Content-Disposition"] = content_disposition_header(True, version_uploads.archive_name(version))
     return response
 
 

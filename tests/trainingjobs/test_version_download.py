@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import io
+import time
 import zipfile
 
 import pytest
@@ -41,8 +42,11 @@ def test_an_admin_downloads_a_trained_version_that_loads_as_the_same_tool(client
     assert response["Content-Disposition"] == f'attachment; filename="outages-version-{trained.pk}.zip"'
     archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
     assert archive.namelist() == ["tool.json", "model.safetensors"]
-    for name in archive.namelist():
-        assert archive.read(name) == (trained.path / name).read_bytes()
+    for entry in archive.infolist():
+        assert archive.read(entry) == (trained.path / entry.filename).read_bytes()
+        assert entry.external_attr >> 16 == 0o644  # readable once unzipped, dated as the file
+        mtime = (trained.path / entry.filename).stat().st_mtime
+        assert entry.date_time == time.localtime(mtime)[:5] + (time.localtime(mtime).tm_sec // 2 * 2,)
     archive.extractall(tmp_path / "tool")
     loaded, kept = tools.load_pretrained(tmp_path / "tool").state_dict(), trained.load().state_dict()
     assert loaded.keys() == kept.keys() and all(torch.equal(loaded[k], kept[k]) for k in kept)
