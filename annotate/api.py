@@ -2,7 +2,8 @@
 
 Session cookies are not accepted here, which is why these views are exempt from CSRF: a cross-site page cannot
 make the browser add the header. A token reaches the projects its user is a member of (or only the one project
-it is limited to); importing and exporting need the project's admin role.
+it is limited to); importing, exporting, model versions and training jobs (`trainingjobs.api`) need the
+project's admin role.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from annotate.models import (
     Item,
     ItemDeletion,
     ItemImport,
+    ModelUpload,
     ModelVersion,
     Project,
     Role,
@@ -67,8 +69,8 @@ def _reachable(token: ApiToken, slug: str) -> Project | None:
     return project
 
 
-def _administered(token: ApiToken, model: type[Export | ItemImport | ItemDeletion | ModelVersion], pk: int, *,
-                  defer=()):
+def _administered(token: ApiToken, model: type[Export | ItemImport | ItemDeletion | ModelVersion | ModelUpload],
+                  pk: int, *, defer=()):
     """The `model` row `pk` when the token reaches its project with the admin role; None otherwise."""
     row = model.objects.filter(pk=pk).select_related("project").defer(*defer).first()
     if row is None or not token.reaches(row.project) or row.project.role_of(token.user) != Role.ADMIN:
@@ -482,15 +484,18 @@ def export_json(export: Export) -> dict:
     }
 
 
-@require_GET
+@require_http_methods(["GET", "POST"])
 @token_required
 def versions(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
-    """`GET /api/projects/<slug>/versions`: the project's model versions, newest first, and which is current."""
+    """`GET /api/projects/<slug>/versions`: the project's model versions, newest first, and which is current.
+    `POST` uploads a model trained elsewhere (`upload_version`)."""
     project = _reachable(token, slug)
     if project is None:
         return _not_reachable(slug)
     if project.role_of(token.user) != Role.ADMIN:
         return _error(403, f"the model versions of {slug!r} need the project's admin role")
+    if request.method == "POST":
+        return upload_version(request, token, project)
     rows = project.versions.all()[:MAX_VERSIONS]
     return JsonResponse({"current": project.current_version_id, "versions": [
         {"id": v.pk, "label": str(v), "trained": v.trained, "parent": v.parent_id, "metrics": v.metrics,
@@ -499,6 +504,47 @@ def versions(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
 
 
 MAX_VERSIONS = 500
+
+
+def upload_version(request: HttpRequest, token: ApiToken, project: Project) -> JsonResponse:
+    """`POST /api/projects/<slug>/versions` with a form's files `manifest` (`tool.json`) and `weights`
+    (`model.safetensors`), and optionally `label`: as the training page's upload, a worker checks them against
+    the project's tool and registers a version. 202 with `Location: /api/model-uploads/<id>`."""
+    missing = [name for name in ("manifest", "weights") if name not in request.FILES]
+    if missing:
+        return _error(400, "send the tool as a multipart form with the files 'manifest' (tool.json) and 'weights' "
+                           f"(model.safetensors); missing: {', '.join(missing)}")
+    try:
+        upload = model_versions.upload_model(project, token.user, request.FILES["manifest"],
+                                             request.FILES["weights"], label=request.POST.get("label", ""))
+    except model_versions.UploadRefused as exc:
+        return _error(400, f"the model was not kept: {exc}")
+    return _accepted(model_upload_json(upload), reverse("api:model_upload", args=[upload.pk]))
+
+
+@require_GET
+@token_required
+def model_upload_detail(request: HttpRequest, token: ApiToken, upload_id: int) -> JsonResponse:
+    """`GET /api/model-uploads/<id>`: whether the worker accepted the model (`version`, the version it became) or
+    refused it (`reason`)."""
+    upload = _administered(token, ModelUpload, upload_id)
+    if upload is None:
+        return _error(404, f"no model upload {upload_id} that this token can reach")
+    return JsonResponse(model_upload_json(upload))
+
+
+def model_upload_json(upload: ModelUpload) -> dict:
+    return {
+        "id": upload.pk,
+        "project": upload.project.slug,
+        "state": upload.state,
+        "label": upload.label,
+        "size": upload.size,
+        "reason": upload.reason,
+        "version": upload.version_id,
+        "created_at": upload.created_at.isoformat(),
+        "checked_at": upload.checked_at.isoformat() if upload.checked_at else None,
+    }
 
 
 @require_GET

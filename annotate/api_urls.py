@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.urls import path
 
 from annotate import api, api_agreement
@@ -23,6 +24,13 @@ urlpatterns = [
     path("exports/<int:export_id>/download", api.export_download, name="export_download"),
     path("projects/<slug:slug>/versions", api.versions, name="versions"),
     path("versions/<int:version_id>/download", api.version_download, name="version_download"),
+    path("model-uploads/<int:upload_id>", api.model_upload_detail, name="model_upload"),
     path("deletions/<int:deletion_id>", api.deletion_detail, name="deletion"),
     path("deletions/<int:deletion_id>/stop", api.deletion_stop, name="deletion_stop"),
 ]
+
+# Training jobs' part of the API, where that app is installed (the site's pages mount it the same way).
+if apps.is_installed("trainingjobs"):
+    from trainingjobs.api_urls import urlpatterns as training
+
+    urlpatterns += training

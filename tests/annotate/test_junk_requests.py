@@ -22,6 +22,7 @@ from annotate.models import (
     ItemDeletion,
     ItemStatus,
     Membership,
+    ModelUpload,
     ModelVersion,
     Prediction,
     Project,
@@ -60,7 +61,8 @@ def _fill(route: str, slug: str, ident: int | dict) -> str:
     if isinstance(ident, dict):
         ident = next((pk for word, pk in ident.items() if word in route), ident["items"])
     path = "/" + route.replace("<slug:slug>", slug)
-    for name in ("<int:pk>", "<int:item_id>", "<int:export_id>", "<int:import_id>", "<int:deletion_id>"):
+    for name in ("<int:pk>", "<int:item_id>", "<int:export_id>", "<int:import_id>", "<int:deletion_id>",
+                 "<int:version_id>", "<int:upload_id>", "<int:job_id>"):
         path = path.replace(name, str(ident))
     assert "<" not in path, f"a URL argument this test does not fill: {route}"
     return path
@@ -78,7 +80,9 @@ def _objects(project: Project, item: Item, admin, reviewer) -> dict[str, int]:
     member = Membership.objects.get(project=project, user=reviewer)
     queued = imports.queue_import(project, admin, [b"{}\n"], name="items.jsonl")
     deleting = ItemDeletion.objects.create(project=project, requested_by=admin, item_ids=[item.pk], total=1)
-    return {"deletions": deleting.pk, "exports": made.pk, "experience": upload.pk, "import": queued.pk,
+    model_upload = ModelUpload.objects.create(project=project, uploaded_by=admin, label="from elsewhere")
+    return {"model-uploads": model_upload.pk, "deletions": deleting.pk, "exports": made.pk,
+            "experience": upload.pk, "import": queued.pk,
             "versions": project.current_version_id, "members": member.pk, "jobs/": job.pk, "items": item.pk}
 
 
