@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
-from annotate import accounts, export, tooling
+from annotate import accounts, export, imports, tooling
 from annotate.middleware import zone_names
 from annotate.models import ExportFormat, Project, Role
 from annotate.unsent import ADMIN_FORMS, CLAIM_FORMS
@@ -297,6 +297,10 @@ class ImportForm(forms.Form):
         widget=forms.ClearableFileInput(attrs={"accept": ".jsonl,.json,.txt,application/json"}),
     )
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        limit_size(self.fields["file"], imports.max_upload_bytes())
+
 
 class ExperienceUploadForm(forms.Form):
     experience = forms.FileField(
@@ -304,6 +308,19 @@ class ExperienceUploadForm(forms.Form):
         help_text="Saved by tensorcode with this project's tool; checked with the library's safe loader.",
         widget=forms.ClearableFileInput(attrs={"accept": ".json,application/json"}),
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        limit_size(self.fields["experience"], imports.max_experience_bytes())
+
+
+def limit_size(field: forms.FileField, limit: int) -> None:
+    """Let the browser refuse a file over `limit` bytes before sending it (`static/keyboard.js`). The server
+    refuses it too, unread (`annotate.middleware.BodyLimit`), but a browser still sending a body the server
+    will not read may show a reset connection instead of the reason."""
+    field.widget.attrs["data-max-bytes"] = limit
+    size = f"{limit // 2**20} MiB" if limit % 2**20 == 0 else f"{limit / 2**20:.1f} MiB"
+    field.help_text = f"{field.help_text} At most {size}.".strip()
 
 
 AGREED_ONLY_HELP = ("Their reviewers gave different targets, and training on both teaches the model neither. "

@@ -9,9 +9,69 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.shortcuts import resolve_url
+from django.urls import Resolver404, resolve
 from django.utils import timezone
 
 from annotate.views import errors
+
+
+class BodyLimit:
+    """Refuse a form's body over what its address takes (413) before anything reads it.
+
+    Django writes a form's files to disk as it parses the body, whatever their size, and the CSRF check parses it
+    for every form post before the view (and its sign-in check) runs: without this, anyone with the site's cookie
+    could fill the disk with one request. So a body is measured here, first, by its `Content-Length` (a WSGI
+    request reads no further than that): the addresses that take uploads allow their file's limit
+    (`TC_IMPORT_MAX_BYTES`, ...) and a little for the form around it, every other form
+    `DATA_UPLOAD_MAX_MEMORY_SIZE`. Only a body over that default costs a URL lookup. JSON and other bodies are
+    read by their views, each with its own limit.
+    """
+
+    FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
+    FORM_SLACK = 64 * 1024  # the form's other fields and its multipart boundaries
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        length = request.META.get("CONTENT_LENGTH") or ""
+        if length.isdigit() and int(length) > self.default() and request.content_type in self.FORMS:
+            limit, allowed = self.limit(request.path_info)
+            if int(length) > limit + self.FORM_SLACK:
+                return errors.too_large(request, f"This request is {_mib(int(length))}: {allowed}. Nothing was "
+                                                 "read or kept.")
+        return self.get_response(request)
+
+    @staticmethod
+    def default() -> int:
+        return (settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 2_621_440) + BodyLimit.FORM_SLACK
+
+    def limit(self, path: str) -> tuple[int, str]:
+        """What the address `path` takes, in bytes, besides the form around it; and that limit in words."""
+        from annotate import imports, versions
+
+        try:
+            name = resolve(path).view_name
+        except Resolver404:
+            name = ""
+        items, experience = imports.max_upload_bytes(), imports.max_experience_bytes()
+        model = versions.max_model_bytes()
+        uploads = {
+            "project_import": (items, f"an items file may be at most {_mib(items)} (TC_IMPORT_MAX_BYTES)"),
+            "api:imports": (items, f"an items file may be at most {_mib(items)} (TC_IMPORT_MAX_BYTES)"),
+            "experience_upload": (experience, f"an experience file may be at most {_mib(experience)} "
+                                              "(TC_EXPERIENCE_MAX_BYTES)"),
+            "trainingjobs:version_upload": (model + versions.MAX_MANIFEST_BYTES, f"a model's weights may be at most "
+                                            f"{_mib(model)} (TC_MODEL_MAX_BYTES), its tool.json 1 MiB"),
+            "api:versions": (model + versions.MAX_MANIFEST_BYTES, f"a model's weights may be at most {_mib(model)} "
+                             "(TC_MODEL_MAX_BYTES), its tool.json 1 MiB"),
+        }
+        default = self.default() - self.FORM_SLACK
+        return uploads.get(name, (default, f"a form here may send at most {_mib(default)}"))
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
 
 
 class HtmxSignedOut:

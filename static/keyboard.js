@@ -238,6 +238,20 @@
     }
   });
 
+  // A file over its form's limit (`data-max-bytes`: the server's own, which refuses the request unread) is
+  // refused here, before the browser spends minutes sending it, with its size and the limit.
+  document.addEventListener("change", function (event) {
+    var input = event.target;
+    if (!(input.matches && input.matches("input[type=file][data-max-bytes]"))) return;
+    var limit = Number(input.getAttribute("data-max-bytes"));
+    var file = input.files && input.files[0];
+    var mib = function (n) { return n < 1048576 ? Math.ceil(n / 1024) + " KiB" : (n / 1048576).toFixed(1) + " MiB"; };
+    var over = file && file.size > limit;
+    input.setCustomValidity(over ? file.name + " is " + mib(file.size) + "; this form takes at most " + mib(limit)
+                                   + "." : "");
+    if (over) input.reportValidity();
+  });
+
   // The Scene heat map can be hidden to see the image underneath.
   document.addEventListener("change", function (event) {
     var el = event.target;

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django import forms
 
-from annotate.forms import AGREED_ONLY_HELP, offer_agreed_only
+from annotate import versions
+from annotate.forms import AGREED_ONLY_HELP, limit_size, offer_agreed_only
 from trainingjobs import defaults, snapshot
 from trainingjobs.models import TrainingJob
 
@@ -84,3 +85,8 @@ class ModelUploadForm(forms.Form):
         max_length=200, required=False, label="Name",
         help_text="A name for the version, e.g. where it was trained (default: the upload's number).",
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        limit_size(self.fields["manifest"], versions.MAX_MANIFEST_BYTES)
+        limit_size(self.fields["weights"], versions.max_model_bytes())

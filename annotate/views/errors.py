@@ -17,7 +17,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render, resolve_url
 from django.urls import Resolver404
 
-TITLES = {400: "Bad request", 401: "Signed out", 403: "Not allowed", 404: "Not found", 405: "Not a page"}
+TITLES = {400: "Bad request", 401: "Signed out", 403: "Not allowed", 404: "Not found", 405: "Not a page",
+          413: "Too large"}
 STALE_FORM = ("This form has expired (you signed in again since the page was loaded, or it came from another "
               "site), so nothing was changed. Reload the page and submit it again.")
 SIGNED_OUT = ("You are signed out: your session ended, or you signed out elsewhere. Sign in again in another tab, "
@@ -50,6 +51,11 @@ def method_not_allowed(request: HttpRequest, allowed: str) -> HttpResponse:
     response = _render(request, 405, text)
     response["Allow"] = allowed
     return response
+
+
+def too_large(request: HttpRequest, text: str) -> HttpResponse:
+    """413 for a body over what its address takes (`annotate.middleware.BodyLimit`), read no further."""
+    return _render(request, 413, text)
 
 
 def signed_out(request: HttpRequest) -> HttpResponse:

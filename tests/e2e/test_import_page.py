@@ -116,3 +116,28 @@ def test_an_import_whose_message_was_lost_says_so_and_is_imported_once_the_sweep
     status.get_by_text("Imported 3 items").wait_for()
     assert status.get_by_text("Not done after").count() == 0
     assert Item.objects.filter(project=project).count() == 3
+
+
+def test_a_file_over_the_limit_is_refused_in_the_browser_before_it_is_sent(page, artifacts, users, settings,  # noqa: F811
+                                                                            tmp_path) -> None:
+    settings.TC_IMPORT_MAX_BYTES = 100 * 1024
+    admin, reviewer = users
+    project = make_project("decision", "rank", (admin, Role.ADMIN), (reviewer, Role.REVIEWER))
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/{project.slug}/")
+    upload = tmp_path / "big.jsonl"
+    upload.write_bytes(jsonl("decision", "rank", 1) * (200 * 1024 // len(jsonl("decision", "rank", 1)) + 1))
+
+    field = page.get_by_label("JSONL file of tool inputs")
+    field.set_input_files(str(upload))
+    page.get_by_role("button", name="Import").click()
+
+    message = field.evaluate("input => input.validationMessage")
+    assert message == f"big.jsonl is {-(-upload.stat().st_size // 1024)} KiB; this form takes at most 100 KiB."
+    page.screenshot(path=str(artifacts / "import-too-large.png"))
+    assert not ItemImport.objects.exists()  # the form was not sent
+
+    fits = tmp_path / "small.jsonl"  # a file that fits clears the refusal
+    fits.write_bytes(jsonl("decision", "rank", 2))
+    field.set_input_files(str(fits))
+    assert field.evaluate("input => input.validationMessage") == ""
