@@ -69,6 +69,17 @@ def _reachable(token: ApiToken, slug: str) -> Project | None:
     return project
 
 
+def _admin_project(token: ApiToken, slug: str, doing: str) -> Project | JsonResponse:
+    """The project, or 404 where the token cannot reach it and 403 where its user is not an admin there
+    ("exporting from 'outages' needs the project's admin role", for `doing` "exporting from")."""
+    project = _reachable(token, slug)
+    if project is None:
+        return _not_reachable(slug)
+    if not project.is_admin(token.user):
+        return _error(403, f"{doing} {slug!r} needs the project's admin role")
+    return project
+
+
 def _administered(token: ApiToken, model: type[Export | ItemImport | ItemDeletion | ModelVersion | ModelUpload],
                   pk: int, *, defer=()):
     """The `model` row `pk` when the token reaches its project with the admin role; None otherwise."""
@@ -185,11 +196,9 @@ def create_import(request: HttpRequest, token: ApiToken, slug: str) -> JsonRespo
     (`curl --data-binary @items.jsonl`, named on the project page by `?name=`, else "API upload"), or a form
     with the file as its `file` field (`curl -F file=@items.jsonl`).
     """
-    project = _reachable(token, slug)
-    if project is None:
-        return _not_reachable(slug)
-    if project.role_of(token.user) != Role.ADMIN:
-        return _error(403, f"importing into {slug!r} needs the project's admin role")
+    project = _admin_project(token, slug, "importing into")
+    if isinstance(project, JsonResponse):
+        return project
     limit = imports.max_upload_bytes()
     length = request.headers.get("Content-Length", "")
     if length.isdigit() and int(length) > limit:
@@ -420,11 +429,9 @@ def answer_json(answer: Answer) -> dict:
 @token_required
 def create_export(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
     """`POST /api/projects/<slug>/exports` with `{"filters", "minibatch_size", "format"}`: start an export."""
-    project = _reachable(token, slug)
-    if project is None:
-        return _not_reachable(slug)
-    if project.role_of(token.user) != Role.ADMIN:
-        return _error(403, f"exporting from {slug!r} needs the project's admin role")
+    project = _admin_project(token, slug, "exporting from")
+    if isinstance(project, JsonResponse):
+        return project
     body = _json_body(request, 1024 * 1024)
     if isinstance(body, JsonResponse):
         return body
@@ -489,11 +496,9 @@ def export_json(export: Export) -> dict:
 def versions(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
     """`GET /api/projects/<slug>/versions`: the project's model versions, newest first, and which is current.
     `POST` uploads a model trained elsewhere (`upload_version`)."""
-    project = _reachable(token, slug)
-    if project is None:
-        return _not_reachable(slug)
-    if project.role_of(token.user) != Role.ADMIN:
-        return _error(403, f"the model versions of {slug!r} need the project's admin role")
+    project = _admin_project(token, slug, "reading or adding the model versions of")
+    if isinstance(project, JsonResponse):
+        return project
     if request.method == "POST":
         return upload_version(request, token, project)
     rows = project.versions.all()[:MAX_VERSIONS]

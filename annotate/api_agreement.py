@@ -15,8 +15,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET, require_POST
 
 from annotate import adjudication, agreement
-from annotate.api import _error, _json_body, _not_reachable, _reachable, answer_json, token_required
-from annotate.models import FINAL_KINDS, Adjudication, Answer, ApiToken, Item, Project
+from annotate.api import _admin_project, _error, _json_body, answer_json, token_required
+from annotate.models import FINAL_KINDS, Adjudication, Answer, ApiToken, Item
 
 PAGE_SIZE = 50
 MAX_BODY_BYTES = 1024 * 1024  # a written target (a text, a mask), like an export's request: far below this
@@ -147,16 +147,6 @@ def adjudication_json(adjudication: Adjudication, revision: int) -> dict:
         "revision": revision,
         "updated_at": adjudication.updated_at.isoformat(),
     }
-
-
-def _admin_project(token: ApiToken, slug: str, doing: str) -> Project | JsonResponse:
-    """The project, or 404 where the token cannot reach it and 403 where its user is not an admin there."""
-    project = _reachable(token, slug)
-    if project is None:
-        return _not_reachable(slug)
-    if not project.is_admin(token.user):
-        return _error(403, f"{doing} {slug!r} needs the project's admin role")
-    return project
 
 
 def _adjudication_arguments(item: Item, body) -> dict | str:

@@ -11,8 +11,8 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from annotate.api import _accepted, _administered, _error, _json_body, _not_reachable, _reachable, token_required
-from annotate.models import ApiToken, ModelVersion, Project, Role
+from annotate.api import _accepted, _admin_project, _administered, _error, _json_body, token_required
+from annotate.models import ApiToken, ModelVersion, Project
 from trainingjobs import services
 from trainingjobs.forms import SETTINGS, LaunchForm
 from trainingjobs.models import FROZEN_FIELDS, TrainingJob
@@ -25,11 +25,9 @@ FIELDS = (*SETTINGS, "reviewers", "agreed_only", "include_uploads")
 def jobs(request: HttpRequest, token: ApiToken, slug: str) -> JsonResponse:
     """`POST /api/projects/<slug>/jobs` with the job's settings (each optional): launch it. 202 and
     `Location: /api/jobs/<id>`. `GET` lists the project's 50 newest jobs."""
-    project = _reachable(token, slug)
-    if project is None:
-        return _not_reachable(slug)
-    if project.role_of(token.user) != Role.ADMIN:
-        return _error(403, f"training jobs of {slug!r} need the project's admin role")
+    project = _admin_project(token, slug, "training in")
+    if isinstance(project, JsonResponse):
+        return project
     if request.method == "GET":
         rows = project.training_jobs.listed().select_related("project")[:50]
         return JsonResponse({"jobs": [job_json(job) for job in rows]})
