@@ -27,7 +27,16 @@ class Role(models.TextChoices):
     ADMIN = "admin", "Project admin"
 
 
-class ProjectQuerySet(models.QuerySet):
+class LockingQuerySet(models.QuerySet):
+    def lock(self, pk: int, *, no_key: bool = False) -> bool:
+        """Lock row `pk` until the transaction ends; False if it is gone. What a deletion (FOR UPDATE) takes before
+        it reads, and (`no_key`: new rows may still point at it) what work that will point new rows at it takes
+        first, so that it waits for a deletion in flight and then finds the row gone instead of failing on its
+        foreign key."""
+        return bool(list(self.select_for_update(no_key=no_key).filter(pk=pk).values_list("pk", flat=True)))
+
+
+class ProjectQuerySet(LockingQuerySet):
     def for_user(self, user) -> ProjectQuerySet:
         """Projects `user` may see: all for staff, else those they are a member of."""
         if not getattr(user, "is_authenticated", False):
@@ -35,11 +44,6 @@ class ProjectQuerySet(models.QuerySet):
         if user.is_staff:
             return self.all()
         return self.filter(memberships__user=user)
-
-    def lock(self, pk: int, *, no_key: bool = False) -> bool:
-        """Lock project `pk`'s row until the transaction ends; False if it is gone. What a deletion (FOR UPDATE)
-        and a training job's launch (`no_key`: new rows may still point at the project) take before they read."""
-        return bool(list(self.select_for_update(no_key=no_key).filter(pk=pk).values_list("pk", flat=True)))
 
     def administered_by(self, user) -> ProjectQuerySet:
         """Projects `user` may configure, import into and export from: all for staff, else admin memberships."""
@@ -199,7 +203,7 @@ class Membership(models.Model):
         return result
 
 
-class ModelVersionQuerySet(models.QuerySet):
+class ModelVersionQuerySet(LockingQuerySet):
     def allocate(self, project: Project, **fields) -> ModelVersion:
         """Create a version row and its (empty) directory `models/<id>`; the caller writes the tool into it."""
         fields.setdefault("tool", project.tool)

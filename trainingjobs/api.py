@@ -103,7 +103,10 @@ def version_promote(request: HttpRequest, token: ApiToken, version_id: int) -> J
     version = _administered(token, ModelVersion, version_id)
     if version is None:
         return _error(404, f"no model version {version_id} that this token can reach")
-    services.promote(version, by=token.user)
+    try:
+        services.promote(version, by=token.user)
+    except services.JobActionError as exc:
+        return _error(409, str(exc))
     return JsonResponse({"project": version.project.slug, "current_version": version.pk})
 
 

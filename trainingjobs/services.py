@@ -45,7 +45,7 @@ def launch(
     if base_version is None or base_version.project_id != project.pk:
         raise JobActionError("choose a model version of this project to start from")
     from annotate import export
-    from annotate.models import Project
+    from annotate.models import ModelVersion, Project
 
     values = defaults.for_tool(project.tool) | {k: v for k, v in settings.items() if v is not None}
     try:
@@ -57,6 +57,8 @@ def launch(
         # the records are read, so the job never freezes ids of answers that batch takes away.
         if not Project.objects.lock(project.pk, no_key=True):
             raise JobActionError("the project has been deleted")
+        if not ModelVersion.objects.lock(base_version.pk, no_key=True):  # an admin may be deleting it
+            raise JobActionError(f"{base_version} has been deleted; choose another version to start from")
         records = snapshot.select_records(project, filters)
         frozen = snapshot.split(records, values["held_out_fraction"], values["seed"])
         if include_uploads:
@@ -132,12 +134,15 @@ def continue_training(job_id: int, extra_epochs: int) -> TrainingJob:
 
 
 def promote(version, *, by=None) -> None:
-    """Make `version` its project's current model and re-predict the items still waiting for review."""
-    from annotate.models import Project
+    """Make `version` its project's current model and re-predict the items still waiting for review.
+    `JobActionError` when the version was deleted meanwhile."""
+    from annotate.models import ModelVersion, Project
     from trainingjobs import tasks
 
     with transaction.atomic():
         project = Project.objects.select_for_update().get(pk=version.project_id)
+        if not ModelVersion.objects.lock(version.pk, no_key=True):  # an admin may be deleting it
+            raise JobActionError(f"{version} has been deleted")
         project.current_version = version
         project.save(update_fields=["current_version"])
         tasks.repredict_pending.delay_on_commit(project.pk, version.pk)

@@ -154,8 +154,13 @@ def version_promote(request, pk: int):
     """Make a model version its project's current model; pending items are predicted again by it."""
     version = get_object_or_404(ModelVersion.objects.select_related("project"), pk=pk)
     admin_project(request, version.project.slug)
-    services.promote(version, by=request.user)
-    messages.success(request, f"{version} is now the current model of {version.project}; re-predicting its items.")
+    try:
+        services.promote(version, by=request.user)
+    except services.JobActionError as exc:
+        messages.error(request, f"Nothing was promoted: {exc}.")
+    else:
+        messages.success(request, f"{version} is now the current model of {version.project}; re-predicting its "
+                                  f"items.")
     job_id = request.POST.get("job")
     if job_id and job_id.isdigit() and TrainingJob.objects.filter(pk=job_id, project=version.project).exists():
         return _redirect(request, "trainingjobs:job", int(job_id))

@@ -147,3 +147,18 @@ def test_a_model_upload_missing_a_file_or_of_another_tool_is_400_and_keeps_nothi
     wrong = client.post("/api/projects/outages/versions", _saved_tool(tmp_path, "chatbot", "reply"), **auth)
     assert wrong.status_code == 400 and wrong.json()["error"].startswith("the model was not kept: tool.json")
     assert not ModelUpload.objects.exists()
+
+
+def test_promoting_a_version_deleted_meanwhile_is_409(client, project, auth, monkeypatch) -> None:
+    """The race itself is played out in test_version_races; here the version's lock finds it gone."""
+    from annotate.models import ModelVersionQuerySet
+
+    current = project.current_version_id
+    spare = ModelVersion.objects.allocate(project, label="spare", trained=False)
+    monkeypatch.setattr(ModelVersionQuerySet, "lock", lambda self, pk, no_key=False: False)
+
+    response = client.post(f"/api/versions/{spare.pk}/promote", **auth)
+
+    assert response.status_code == 409 and response.json() == {"error": "spare has been deleted"}
+    project.refresh_from_db()
+    assert project.current_version_id == current

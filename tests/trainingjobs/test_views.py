@@ -349,3 +349,20 @@ def test_the_django_admin_shows_jobs_but_launches_none(admin_client, job) -> Non
     assert admin_client.get(reverse("admin:trainingjobs_trainingjob_add")).status_code == 403
     listing = admin_client.get(reverse("admin:trainingjobs_trainingjob_changelist")).content.decode()
     assert f"/admin/trainingjobs/trainingjob/{job.pk}/change/" in listing and "/trainingjob/add/" not in listing
+
+
+def test_promoting_a_version_deleted_meanwhile_says_so_and_changes_nothing(client, admin, project,
+                                                                          monkeypatch) -> None:
+    """The race itself is played out in test_version_races; here the version's lock finds it gone."""
+    from annotate.models import ModelVersion, ModelVersionQuerySet
+
+    current = project.current_version_id
+    spare = ModelVersion.objects.allocate(project, label="spare", trained=False)
+    monkeypatch.setattr(ModelVersionQuerySet, "lock", lambda self, pk, no_key=False: False)
+    client.force_login(admin)
+
+    response = client.post(reverse("trainingjobs:promote", args=[spare.pk]), follow=True)
+
+    assert "Nothing was promoted: spare has been deleted." in _messages(response.content.decode())
+    project.refresh_from_db()
+    assert project.current_version_id == current
