@@ -85,11 +85,42 @@ def job_detail(request: HttpRequest, token: ApiToken, job_id: int) -> JsonRespon
 @token_required
 def job_cancel(request: HttpRequest, token: ApiToken, job_id: int) -> JsonResponse:
     """`POST /api/jobs/<id>/cancel`: at once when queued, at its next step when running; 409 once it is over."""
+    return _act(token, job_id, services.cancel)
+
+
+@require_POST
+@token_required
+def job_resume(request: HttpRequest, token: ApiToken, job_id: int) -> JsonResponse:
+    """`POST /api/jobs/<id>/resume`: queue a cancelled or failed job again, from its last checkpoint; 409 for
+    a job in any other state."""
+    return _act(token, job_id, services.resume)
+
+
+@require_POST
+@token_required
+def job_continue(request: HttpRequest, token: ApiToken, job_id: int) -> JsonResponse:
+    """`POST /api/jobs/<id>/continue` with `{"extra_epochs": n}`: train a succeeded job n epochs more, from its
+    final checkpoint (the result is a new version); 409 for a job that has not succeeded."""
+    body = _json_body(request, 1024)
+    if isinstance(body, JsonResponse):
+        return body
+    extra = body.get("extra_epochs") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or set(body) != {"extra_epochs"} or isinstance(extra, bool) or not isinstance(
+            extra, int) or not 1 <= extra <= MAX_EXTRA_EPOCHS:
+        return _error(400, f'expected {{"extra_epochs": n}} with n a whole number from 1 to {MAX_EXTRA_EPOCHS}')
+    return _act(token, job_id, lambda pk: services.continue_training(pk, extra))
+
+
+MAX_EXTRA_EPOCHS = 10_000  # as the job page's form
+
+
+def _act(token: ApiToken, job_id: int, action) -> JsonResponse:
+    """`action(job id)` on a job the token administers: the job as `GET` gives it, or 409 with why not."""
     job = _administered(token, TrainingJob, job_id, defer=(*FROZEN_FIELDS, "log"))
     if job is None:
         return _error(404, f"no training job {job_id} that this token can reach")
     try:
-        job = services.cancel(job.pk)
+        job = action(job.pk)
     except services.JobActionError as exc:
         return _error(409, str(exc), state=job.state)
     return JsonResponse(job_json(job))

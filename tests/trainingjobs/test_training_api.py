@@ -162,3 +162,37 @@ def test_promoting_a_version_deleted_meanwhile_is_409(client, project, auth, mon
     assert response.status_code == 409 and response.json() == {"error": "spare has been deleted"}
     project.refresh_from_db()
     assert project.current_version_id == current
+
+
+def test_resume_requeues_a_cancelled_job_and_continue_trains_a_finished_one_further(client, project, reviewed,
+                                                                                   auth) -> None:
+    job_url = post(client, "/api/projects/outages/jobs", {"epochs": 1, "minibatch_size": 4}, auth)["Location"]
+    client.post(f"{job_url}/cancel", **auth)
+
+    resumed = client.post(f"{job_url}/resume", **auth)
+    again = client.post(f"{job_url}/resume", **auth)
+
+    assert resumed.status_code == 200 and resumed.json()["state"] == "PENDING"
+    assert again.status_code == 409 and again.json() == {
+        "error": "only a cancelled or failed job can be resumed", "state": "PENDING"}
+    early = post(client, f"{job_url}/continue", {"extra_epochs": 2}, auth)
+    assert early.status_code == 409 and early.json()["error"] == "only a succeeded job can be continued"
+
+    job = TrainingJob.objects.get()
+    runner.train(job.pk, "worker-a")
+    continued = post(client, f"{job_url}/continue", {"extra_epochs": 2}, auth)
+
+    assert continued.status_code == 200
+    assert continued.json()["state"] == "PENDING" and continued.json()["settings"]["epochs"] == 3
+
+
+@pytest.mark.parametrize("body", [{}, {"extra_epochs": 0}, {"extra_epochs": "2"}, {"extra_epochs": True},
+                                  {"extra_epochs": 10_001}, {"extra_epochs": 2, "lr": 1}, [2]])
+def test_continue_needs_a_whole_number_of_extra_epochs(client, project, reviewed, auth, body) -> None:
+    job_url = post(client, "/api/projects/outages/jobs", {"epochs": 1}, auth)["Location"]
+
+    response = post(client, f"{job_url}/continue", body, auth)
+
+    assert response.status_code == 400
+    assert response.json() == {"error": 'expected {"extra_epochs": n} with n a whole number from 1 to 10000'}
+    assert TrainingJob.objects.get().epochs == 1
