@@ -208,6 +208,40 @@ def test_cancel_then_resume_through_a_worker(project, data, redis_workers, wait_
     assert job.result_version.is_materialized
 
 
+def test_a_script_trains_and_promotes_through_the_api_with_a_real_worker(client, project, data, admin,
+                                                                          redis_workers, wait_until) -> None:
+    """The JSON API's training loop end to end: launch, follow, fetch the result's files, promote."""
+    import io
+    import zipfile
+
+    from annotate.models import ApiToken
+
+    redis_workers.start("w1", lease_seconds=30)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {ApiToken.objects.issue(admin, name='pipeline')[1]}"}
+    launched = client.post("/api/projects/outages/jobs", data={"epochs": 3, "minibatch_size": 4},
+                           content_type="application/json", **auth)
+    assert launched.status_code == 202, launched.content
+
+    def followed() -> dict:
+        return client.get(launched["Location"], **auth).json()
+
+    wait_until(lambda: followed()["state"] in ("SUCCEEDED", "FAILED"), timeout=120, what="the job to finish")
+    job = followed()
+    assert job["state"] == "SUCCEEDED", redis_workers.logs()
+    assert job["step"] == job["total_steps"] and job["worker"] and job["device"] == "cpu"
+    assert set(job["held_out"]) == {"base", "new"}
+
+    versions = client.get("/api/projects/outages/versions", **auth).json()["versions"]
+    made = next(v for v in versions if v["id"] == job["result_version"])
+    archive = zipfile.ZipFile(io.BytesIO(b"".join(client.get(made["download"], **auth).streaming_content)))
+    assert archive.namelist() == ["tool.json", "model.safetensors"]
+
+    promoted = client.post(f"/api/versions/{made['id']}/promote", **auth)
+    assert promoted.status_code == 200
+    project.refresh_from_db()
+    assert project.current_version_id == made["id"]
+
+
 def test_base_version_deleted_while_queued_fails_the_job(project, data, redis_workers, wait_until) -> None:
     job = services.launch(project, base_version=project.current_version, enqueue=False, **LONG)
     base = project.current_version
