@@ -47,10 +47,12 @@ class TrainingJobQuerySet(models.QuerySet):
         return self.defer(*FROZEN_FIELDS, "log")
 
     def active_first(self) -> TrainingJobQuerySet:
-        """Queued and running jobs first (the oldest queued on top, as workers take them), then the newest."""
-        active = models.Case(models.When(state__in=ACTIVE_STATES, then=0), default=1)
-        return self.order_by(active, models.Case(models.When(state__in=ACTIVE_STATES, then=models.F("created_at"))),
-                             "-created_at", "-id")
+        """Running jobs first, then queued ones in the order workers take them (by when they were queued), then
+        the rest, newest first."""
+        rank = models.Case(models.When(state=JobState.RUNNING, then=0), models.When(state=JobState.PENDING, then=1),
+                           default=2)
+        queued = models.Case(models.When(state__in=ACTIVE_STATES, then=models.F("queued_at")))
+        return self.order_by(rank, queued.asc(nulls_last=True), "-created_at", "-id")
 
 
 class Optimizer(models.TextChoices):

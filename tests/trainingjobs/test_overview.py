@@ -52,9 +52,10 @@ def test_an_admin_sees_the_jobs_of_the_projects_they_administer_queued_and_runni
     done = launch(project, state=JobState.SUCCEEDED, step=12, total_steps=12, created_at=now - timedelta(hours=3))
     failed = launch(project, state=JobState.FAILED, step=4, total_steps=12, created_at=now - timedelta(hours=1),
                     error="CUDA out of memory")
-    second = launch(project, created_at=now - timedelta(minutes=5))
-    first = launch(project, created_at=now - timedelta(minutes=10))
-    running = launch(project, state=JobState.RUNNING, step=3, total_steps=12, created_at=now - timedelta(hours=5))
+    # Queued in this order; the second was launched first and queued again later (a resume, say).
+    second = launch(project, created_at=now - timedelta(hours=2), queued_at=now - timedelta(minutes=5))
+    first = launch(project, created_at=now - timedelta(minutes=10), queued_at=now - timedelta(minutes=10))
+    running = launch(project, state=JobState.RUNNING, step=3, total_steps=12, created_at=now - timedelta(minutes=1))
     elsewhere = launch(other)
     client.force_login(admin)
 
@@ -62,7 +63,7 @@ def test_an_admin_sees_the_jobs_of_the_projects_they_administer_queued_and_runni
 
     page = response.content.decode()
     assert response.status_code == 200
-    # Active jobs in the order they were launched (workers take the oldest first), then the rest newest first.
+    # The running job, the queued ones as workers take them (the longest queued first), then the rest newest first.
     assert rows(page) == [f"{running.pk} RUNNING", f"{first.pk} PENDING", f"{second.pk} PENDING",
                           f"{failed.pk} FAILED", f"{done.pk} SUCCEEDED"]
     assert f"job-row-{elsewhere.pk}" not in page  # a project they do not administer
