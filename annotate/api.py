@@ -89,6 +89,11 @@ def _administered(token: ApiToken, model: type[Export | ItemImport | ItemDeletio
     return row
 
 
+def _iso(at) -> str | None:
+    """A time as the API gives it (ISO 8601), or None for one not reached yet."""
+    return at.isoformat() if at else None
+
+
 def _accepted(body: dict, location: str) -> JsonResponse:
     """202: queued for a worker; `Location` is where to poll its state."""
     response = JsonResponse(body, status=202)
@@ -240,7 +245,7 @@ def import_json(row: ItemImport) -> dict:
         "total_errors": row.problem_total,
         "reason": row.reason,
         "created_at": row.created_at.isoformat(),
-        "checked_at": row.checked_at.isoformat() if row.checked_at else None,
+        "checked_at": _iso(row.checked_at),
     }
 
 
@@ -351,7 +356,7 @@ def deletion_json(row: ItemDeletion) -> dict:
     return {"id": row.pk, "project": row.project.slug, "state": row.state, "filters": row.filters,
             "total": row.total, "deleted_items": row.deleted_items, "deleted": _rows_json(deletion.deleted_rows(row)),
             "reason": row.reason, "created_at": row.created_at.isoformat(),
-            "finished_at": row.finished_at.isoformat() if row.finished_at else None}
+            "finished_at": _iso(row.finished_at)}
 
 
 def _rows_json(rows: dict) -> dict[str, int]:
@@ -548,7 +553,7 @@ def model_upload_json(upload: ModelUpload) -> dict:
         "reason": upload.reason,
         "version": upload.version_id,
         "created_at": upload.created_at.isoformat(),
-        "checked_at": upload.checked_at.isoformat() if upload.checked_at else None,
+        "checked_at": _iso(upload.checked_at),
     }
 
 

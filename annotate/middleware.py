@@ -12,6 +12,7 @@ from django.shortcuts import resolve_url
 from django.urls import Resolver404, resolve
 from django.utils import timezone
 
+from annotate.storage import mib
 from annotate.views import errors
 
 
@@ -38,7 +39,7 @@ class BodyLimit:
         if length.isdigit() and int(length) > self.default() and request.content_type in self.FORMS:
             limit, allowed = self.limit(request.path_info)
             if int(length) > limit + self.FORM_SLACK:
-                return errors.too_large(request, f"This request is {_mib(int(length))}: {allowed}. Nothing was "
+                return errors.too_large(request, f"This request is {mib(int(length))}: {allowed}. Nothing was "
                                                  "read or kept.")
         return self.get_response(request)
 
@@ -54,24 +55,18 @@ class BodyLimit:
             name = resolve(path).view_name
         except Resolver404:
             name = ""
-        items, experience = imports.max_upload_bytes(), imports.max_experience_bytes()
-        model = versions.max_model_bytes()
-        uploads = {
-            "project_import": (items, f"an items file may be at most {_mib(items)} (TC_IMPORT_MAX_BYTES)"),
-            "api:imports": (items, f"an items file may be at most {_mib(items)} (TC_IMPORT_MAX_BYTES)"),
-            "experience_upload": (experience, f"an experience file may be at most {_mib(experience)} "
-                                              "(TC_EXPERIENCE_MAX_BYTES)"),
-            "trainingjobs:version_upload": (model + versions.MAX_MANIFEST_BYTES, f"a model's weights may be at most "
-                                            f"{_mib(model)} (TC_MODEL_MAX_BYTES), its tool.json 1 MiB"),
-            "api:versions": (model + versions.MAX_MANIFEST_BYTES, f"a model's weights may be at most {_mib(model)} "
-                             "(TC_MODEL_MAX_BYTES), its tool.json 1 MiB"),
-        }
+        if name in ("project_import", "api:imports"):
+            size = imports.max_upload_bytes()
+            return size, f"an items file may be at most {mib(size)} (TC_IMPORT_MAX_BYTES)"
+        if name == "experience_upload":
+            size = imports.max_experience_bytes()
+            return size, f"an experience file may be at most {mib(size)} (TC_EXPERIENCE_MAX_BYTES)"
+        if name in ("trainingjobs:version_upload", "api:versions"):
+            size = versions.max_model_bytes()
+            return (size + versions.MAX_MANIFEST_BYTES,
+                    f"a model's weights may be at most {mib(size)} (TC_MODEL_MAX_BYTES), its tool.json 1 MiB")
         default = self.default() - self.FORM_SLACK
-        return uploads.get(name, (default, f"a form here may send at most {_mib(default)}"))
-
-
-def _mib(size: int) -> str:
-    return f"{size / 2**20:.1f} MiB"
+        return default, f"a form here may send at most {mib(default)}"
 
 
 class HtmxSignedOut:

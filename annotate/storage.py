@@ -17,6 +17,11 @@ from django.conf import settings
 KINDS = ("models", "exports", "jobs", "uploads", "model-uploads", "imports")
 
 
+def mib(size: int) -> str:
+    """A size in words for limits and refusals: "64.0 MiB"."""
+    return f"{size / 2**20:.1f} MiB"
+
+
 def root() -> Path:
     """The artifact root (`settings.TC_ARTIFACT_DIR`)."""
     return Path(settings.TC_ARTIFACT_DIR)

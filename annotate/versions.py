@@ -126,7 +126,7 @@ def upload_model(project: Project, user, manifest, weights, *, label: str = "") 
     manifest_data = _manifest(project, manifest)
     limit = max_model_bytes()
     if weights.size > limit:
-        raise UploadRefused(f"{WEIGHTS}: {_mib(weights.size)}, larger than the limit of {_mib(limit)} "
+        raise UploadRefused(f"{WEIGHTS}: {storage.mib(weights.size)}, larger than the limit of {storage.mib(limit)} "
                             "(TC_MODEL_MAX_BYTES)")
     with transaction.atomic():
         upload = ModelUpload.objects.create(
@@ -139,7 +139,8 @@ def upload_model(project: Project, user, manifest, weights, *, label: str = "") 
             storage.write_once(directory / WEIGHTS, weights.chunks(), max_bytes=limit)
         except storage.TooLarge as exc:  # the declared size was not the real one
             shutil.rmtree(directory, ignore_errors=True)
-            raise UploadRefused(f"{WEIGHTS}: larger than the limit of {_mib(limit)} (TC_MODEL_MAX_BYTES)") from exc
+            raise UploadRefused(
+                f"{WEIGHTS}: larger than the limit of {storage.mib(limit)} (TC_MODEL_MAX_BYTES)") from exc
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -199,7 +200,8 @@ def _manifest(project: Project, manifest) -> bytes:
     try:
         data = read_limited(manifest, MAX_MANIFEST_BYTES)
     except ImportRejected as exc:
-        raise UploadRefused(f"{MANIFEST}: larger than {_mib(MAX_MANIFEST_BYTES)}; is it the right file?") from exc
+        raise UploadRefused(
+            f"{MANIFEST}: larger than {storage.mib(MAX_MANIFEST_BYTES)}; is it the right file?") from exc
     try:
         document = loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -215,7 +217,3 @@ def _manifest(project: Project, manifest) -> bytes:
 def _readable(exc: Exception, directory: Path) -> str:
     """The library's message without the server's paths: "tool.json: ..." rather than "/srv/.../tool.json: ..."."""
     return str(exc).replace(f"{directory}/", "").replace(str(directory), "the uploaded files")
-
-
-def _mib(size: int) -> str:
-    return f"{size / 2**20:.1f} MiB"

@@ -11,7 +11,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from annotate.api import _accepted, _admin_project, _administered, _error, _json_body, token_required
+from annotate.api import _accepted, _admin_project, _administered, _error, _iso, _json_body, token_required
 from annotate.models import ApiToken, ModelVersion, Project
 from trainingjobs import services
 from trainingjobs.forms import SETTINGS, LaunchForm
@@ -46,8 +46,7 @@ def _launch(project: Project, token: ApiToken, body: dict) -> JsonResponse:
     reviewers = body.get("reviewers", [])
     if not isinstance(reviewers, list) or not all(isinstance(name, str) for name in reviewers):
         return _error(400, "reviewers: expected a list of usernames", errors={"reviewers": ["expected a list"]})
-    form = LaunchForm(project, data=None)
-    data = {name: form.get_initial_for_field(form.fields[name], name) for name in SETTINGS}
+    data = LaunchForm.settings_for(project)
     data |= {key: value for key, value in body.items() if key in SETTINGS} | {"reviewers": ",".join(reviewers)}
     for flag in ("agreed_only", "include_uploads"):
         if body.get(flag) is True:
@@ -162,7 +161,3 @@ def job_json(job: TrainingJob) -> dict:
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
     }
-
-
-def _iso(at) -> str | None:
-    return at.isoformat() if at else None

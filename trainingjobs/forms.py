@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import forms
+from django.forms.models import model_to_dict
 
 from annotate import versions
 from annotate.forms import AGREED_ONLY_HELP, limit_size, offer_agreed_only
@@ -42,9 +43,15 @@ class LaunchForm(forms.ModelForm):
         widgets = {"lr": forms.NumberInput(attrs={"step": "any"}),
                    "held_out_fraction": forms.NumberInput(attrs={"step": "0.05"})}
 
+    @staticmethod
+    def settings_for(project) -> dict:
+        """Each setting as a new job of `project` starts: the job's field defaults, the tool kind's, and the
+        project's current model to start from (what the page shows, and what an API launch leaves unset gets)."""
+        return (model_to_dict(TrainingJob(), fields=SETTINGS) | defaults.for_tool(project.tool)
+                | {"base_version": project.current_version_id})
+
     def __init__(self, project, *args, **kwargs):
-        initial = defaults.for_tool(project.tool) | {"base_version": project.current_version_id}
-        super().__init__(*args, initial=initial | kwargs.pop("initial", {}), **kwargs)
+        super().__init__(*args, initial=self.settings_for(project) | kwargs.pop("initial", {}), **kwargs)
         self.project = project
         self.fields["base_version"].queryset = project.versions.all()
         self.fields["base_version"].empty_label = None
