@@ -75,6 +75,22 @@ def project_item(project: Project, pk: int) -> Item:
     return item
 
 
+ADMINISTERS = "tc_administers"
+
+
+def remember_administers(request, administers: bool) -> None:
+    """Note in the session whether the user administers a project, for the header's admin links.
+
+    Every page draws the header; reading memberships for it would cost each page, the workspace's included, a
+    query. The pages that learn the answer anyway (the home page, the jobs overview, creating a project) note
+    it instead, and a changed role shows in the header from the user's next visit to the home page. The links
+    only lead: each page checks the user's role itself. Written only when it changes: a session saved on every
+    request costs an UPDATE each.
+    """
+    if request.session.get(ADMINISTERS, False) != administers:
+        request.session[ADMINISTERS] = administers
+
+
 def can_create_projects(user) -> bool:
     """Staff and users granted `annotate.add_project`, and anyone who already administers a project."""
     if not user.is_authenticated:

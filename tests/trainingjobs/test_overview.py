@@ -8,6 +8,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.urls import reverse
 from django.utils import timezone
 
@@ -177,3 +178,43 @@ def test_the_home_page_leads_project_admins_to_their_jobs(client, admin, reviewe
     client.force_login(reviewer)
     page = client.get(reverse("home")).content.decode()
     assert link not in page and f'href="{INDEX}"' not in page
+
+
+def test_the_header_leads_project_admins_who_are_not_staff_to_training(
+        client, admin, reviewer, project) -> None:
+    """The header's "Training" and "New project" show for a project's admin from their first visit home, without
+    a query on every page to learn it; a reviewer never sees them, and an admin no longer one loses them there."""
+    detail = reverse("project_detail", args=[project.slug])
+    header = f'<li><a href="{INDEX}">Training</a></li>'
+    create = f'<li><a href="{reverse("project_create")}">New project</a></li>'
+    assert not admin.is_staff
+
+    client.force_login(admin)
+    client.get(reverse("home"))
+    page = client.get(detail).content.decode()
+    assert header in page and create in page
+
+    client.force_login(reviewer)
+    client.get(reverse("home"))
+    page = client.get(detail).content.decode()
+    assert header not in page and create not in page
+
+    client.force_login(admin)
+    client.get(reverse("home"))
+    Membership.objects.filter(project=project, user=admin).update(role=Role.REVIEWER)
+    assert header in client.get(detail).content.decode()  # noted at the last visit home
+    client.get(reverse("home"))
+    assert header not in client.get(detail).content.decode()
+
+
+def test_a_project_made_shows_the_header_links_at_once(client, django_user_model) -> None:
+    maker = django_user_model.objects.create_user("mia", password="a-long-password")
+    maker.user_permissions.add(Permission.objects.get(codename="add_project"))
+    client.force_login(maker)
+    assert f'href="{INDEX}"' not in client.get(reverse("home")).content.decode()
+    response = client.post(reverse("project_create"), {
+        "name": "Claims", "slug": "claims", "kind": "investigator/verification",
+        "configuration": '{"dim": 8}', "overlap": 1, "lease_seconds": 600,
+    }, follow=True)
+    assert Project.objects.filter(slug="claims").exists(), response.content
+    assert f'<li><a href="{INDEX}">Training</a></li>' in response.content.decode()
