@@ -489,7 +489,8 @@ def _free_sql(connection):
     sql = (
         f"SELECT CASE WHEN {_not_answered(q, '%s')} THEN 0 ELSE 1 END, "
         f"(SELECT COUNT(*) FROM {_table(Claim, q)} c WHERE c.{q('item_id')} = %s AND c.{q('expires_at')} > %s "
-        f"AND c.{q('reviewer_id')} <> %s)"
+        f"AND c.{q('reviewer_id')} <> %s), "
+        f"(SELECT p.{q('overlap')} FROM {_table(Project, q)} p WHERE p.{q('id')} = %s)"
     )
     return sql, []
 
@@ -497,9 +498,14 @@ def _free_sql(connection):
 _FREE = _Query(_free_sql)
 
 
-def free_slots(item: Item, user, overlap: int, now) -> int:
-    """Claims `item` can still take for `user` (0 once they answered it), read afresh with the item locked."""
-    answered, taken = _FREE.run([item.pk, user.pk, *_final_kinds(), item.pk, _datetime(now), user.pk])[0]
+def free_slots(item: Item, user, now) -> int:
+    """Claims `item` can still take for `user` (0 once they answered it), read afresh with the item locked.
+
+    The overlap is read here too, after the lock, not taken from the request's project: an overlap raised and
+    the place it opened claimed after the caller read it (the claim held the item's lock meanwhile) would count
+    the new claim against the old overlap, and tell a reviewer whose lease had not ended that it had."""
+    answered, taken, overlap = _FREE.run([item.pk, user.pk, *_final_kinds(), item.pk, _datetime(now), user.pk,
+                                          item.project_id])[0]
     return 0 if answered else overlap - item.final_answers - taken
 
 

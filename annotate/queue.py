@@ -103,7 +103,7 @@ def _claim_next_in_python(project: Project, user, now, expires) -> Item | None:
             if item is None:
                 return None
             # The filter ran before the lock; count again now that no one else can change this item.
-            if hotpath.free_slots(item, user, project.overlap, now) > 0:
+            if hotpath.free_slots(item, user, now) > 0:
                 return _claim(item, user, expires, now)
             rejected.append(item.pk)
     return None
@@ -223,7 +223,7 @@ def undo_last(project: Project, user, *, now=None) -> Answer | None:
         item.project = project
         item.disagreement = agreement.item_disagreement(item)
         item.save(update_fields=["final_answers", "status", "disagreement"])
-        if allowed and item.status == ItemStatus.READY and hotpath.free_slots(item, user, project.overlap, now) > 0:
+        if allowed and item.status == ItemStatus.READY and hotpath.free_slots(item, user, now) > 0:
             _claim(item, user, now + timedelta(seconds=project.lease_seconds), now)
         return answer
 
@@ -280,7 +280,7 @@ def keep(item: Item, user, *, now=None) -> datetime:
                           "draft.")
         if locked.status != ItemStatus.READY:
             raise NotKept("This item is no longer ready for review. An answer you give now is kept as a draft.")
-        if hotpath.free_slots(locked, user, project.overlap, now) <= 0:
+        if hotpath.free_slots(locked, user, now) <= 0:
             raise NotKept("Another reviewer took this item after your lease ended: an answer you give now is kept "
                           "as a draft.")
         expires = now + timedelta(seconds=project.lease_seconds)

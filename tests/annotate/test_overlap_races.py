@@ -13,9 +13,10 @@ import threading
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from annotate import queue
-from annotate.models import Answer, Item, ItemStatus, Project
+from annotate.models import Answer, Item, ItemStatus, Membership, Project, Role
 from tests.annotate.conftest import project_admin_form
 from tests.annotate.races import Other, second_waits
 from tests.conftest import wait_for
@@ -138,3 +139,27 @@ def test_the_django_admin_lowering_a_projects_overlap_while_an_answer_is_submitt
     assert (submitter.error, submitter.result) == (None, "submitted")
     item.refresh_from_db()
     assert (item.status, item.final_answers) == (ItemStatus.DONE, 1)
+
+
+def test_a_lease_kept_while_the_overlap_is_raised_and_the_new_place_taken_is_kept(
+        ready_items, project, reviewer, second_reviewer, django_user_model) -> None:
+    """A keep read the overlap before it locked the item and counted the claims after: an overlap raised, and the
+    place it opened taken, in between left it counting the new claim against the old overlap, and the reviewer,
+    whose lease had not ended, was told another reviewer took the item after it did (seen in the 20-reviewer test)."""
+    third = django_user_model.objects.create_user("tess")
+    Membership.objects.create(project=project, user=third, role=Role.REVIEWER)
+    set_overlap(project, 2)
+    (item,) = ready_items(project, [0.1])
+    assert queue.claim_next(project, reviewer) == item
+    assert queue.claim_next(project, second_reviewer) == item
+    keeper = Other(lambda: queue.keep(item, reviewer))
+
+    with transaction.atomic():  # the overlap raised to 3, and its new place claimed, as one commit
+        Project.objects.filter(pk=project.pk).update(overlap=3)
+        assert queue.claim_next_id(Project.objects.get(pk=project.pk), third) == item.pk  # holds the item's row
+        keeper.start()  # reads the overlap that is committed: 2
+        wait_for(keeper.blocked_or_done, timeout=30, what="the keep to wait for the claim's lock on the item")
+    keeper.join(timeout=30)
+
+    assert keeper.error is None, keeper.error
+    assert item.claims.filter(expires_at__gt=timezone.now()).count() == 3
