@@ -59,7 +59,8 @@ def archive(version: ModelVersion) -> Iterator[bytes]:
     except OSError:
         for _, source in files:
             source.close()
-        raise NoFiles(f"{version} has no files to download yet: " + (
+        named = f"Version {version.pk}" + (f" ({version.label})" if version.label else "")
+        raise NoFiles(f"{named} has no files to download yet: " + (
             "its files are missing from the artifact storage" if version.trained else
             "an untrained version's fresh tool is made the first time a worker predicts with it")) from None
     return _zipped(files)

@@ -62,7 +62,8 @@ def test_a_version_without_files_is_409_with_the_reason(client, project, admin_a
     response = client.get(f"/api/versions/{project.current_version_id}/download", **admin_auth)
 
     assert response.status_code == 409
-    assert response.json() == {"error": "untrained has no files to download yet: an untrained version's fresh "
+    assert response.json() == {"error": f"Version {project.current_version_id} (untrained) has no files to "
+                                        "download yet: an untrained version's fresh "
                                         "tool is made the first time a worker predicts with it"}
 
 

@@ -76,14 +76,14 @@ def test_a_version_without_files_says_why_instead(client, admin, project) -> Non
     assert response.status_code == 302
     assert response["Location"] == reverse("trainingjobs:project_jobs", args=[project.slug])
     [message] = [str(m) for m in get_messages(response.wsgi_request)]
-    assert message == ("untrained has no files to download yet: an untrained version's fresh tool is made the "
-                       "first time a worker predicts with it.")
+    assert message == (f"Version {untrained.pk} (untrained) has no files to download yet: an untrained version's "
+                       "fresh tool is made the first time a worker predicts with it.")
 
     lost = ModelVersion.objects.allocate(project, label="lost", trained=True)
     (lost.path / "tool.json").write_text("{}")  # its weights are gone
     response = download(client, lost)
-    assert "lost has no files to download yet: its files are missing from the artifact storage." in html.unescape(
-        client.get(response["Location"]).content.decode())
+    page = html.unescape(client.get(response["Location"]).content.decode())
+    assert f"Version {lost.pk} (lost) has no files to download yet: its files are missing from the artifact" in page
 
 
 def test_reviewers_get_403_outsiders_404_and_the_signed_out_the_sign_in_page(
