@@ -26,7 +26,7 @@ from django_htmx.http import HTMX_STOP_POLLING
 from annotate import versions as version_uploads
 from annotate.models import ModelUpload, ModelVersion, Project
 from annotate.views import display
-from annotate.views.access import admin_project, remember_administers
+from annotate.views.access import admin_project, remember_roles
 from annotate.views.uploads import remove_row, upload_row
 from trainingjobs import plot, services, snapshot
 from trainingjobs.forms import ContinueForm, LaunchForm, ModelUploadForm
@@ -48,9 +48,9 @@ def job_index(request):
         jobs = TrainingJob.objects.all()
     elif projects.exists():
         jobs = TrainingJob.objects.filter(project__in=projects)
-        remember_administers(request, True)
+        remember_roles(request, administers=True)
     else:
-        remember_administers(request, False)
+        remember_roles(request, administers=False)
         raise PermissionDenied("Only a project's admins see its training jobs.")
     show = request.GET.get("show") if request.GET.get("show") in SHOWN else "all"
     listed = jobs.filter(state__in=SHOWN[show]) if SHOWN[show] else jobs

@@ -75,20 +75,22 @@ def project_item(project: Project, pk: int) -> Item:
     return item
 
 
-ADMINISTERS = "tc_administers"
-
-
-def remember_administers(request, administers: bool) -> None:
-    """Note in the session whether the user administers a project, for the header's admin links.
+def remember_roles(request, *, administers: bool, can_create: bool | None = None) -> None:
+    """Note in the session whether the user administers a project and may create one, for the header's links
+    ("Training", "New project"; `tc_administers`, `tc_can_create`).
 
     Every page draws the header; reading memberships for it would cost each page, the workspace's included, a
     query. The pages that learn the answer anyway (the home page, the jobs overview, creating a project) note
     it instead, and a changed role shows in the header from the user's next visit to the home page. The links
     only lead: each page checks the user's role itself. Written only when it changes: a session saved on every
-    request costs an UPDATE each.
+    request costs an UPDATE each. Administering a project implies creating them (`can_create_projects`).
     """
-    if request.session.get(ADMINISTERS, False) != administers:
-        request.session[ADMINISTERS] = administers
+    noted = {"tc_administers": administers}
+    if administers or can_create is not None:
+        noted["tc_can_create"] = administers or bool(can_create)
+    for key, value in noted.items():
+        if request.session.get(key, False) != value:
+            request.session[key] = value
 
 
 def can_create_projects(user) -> bool:

@@ -70,9 +70,9 @@ def home(request: HttpRequest) -> HttpResponse:
                      "waiting": total[pk] - finished[pk] - ready[pk] - refused[pk], "refused": refused[pk],
                      "mine": mine.get(pk, 0),
                      "role": project.role_of(user), "is_admin": project.is_admin(user)})
-    administers = any(row["is_admin"] for row in rows)
-    access.remember_administers(request, administers)
-    return render(request, "annotate/home.html", {"rows": rows, "can_create": access.can_create_projects(user),
+    administers, can_create = any(row["is_admin"] for row in rows), access.can_create_projects(user)
+    access.remember_roles(request, administers=administers, can_create=can_create)
+    return render(request, "annotate/home.html", {"rows": rows, "can_create": can_create,
                                                   "administers": administers})
 
 

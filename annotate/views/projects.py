@@ -43,7 +43,7 @@ def project_create(request: HttpRequest) -> HttpResponse:
             version = ModelVersion.objects.allocate(project, label="untrained", trained=False)
             project.current_version = version
             project.save(update_fields=["current_version"])
-        access.remember_administers(request, True)
+        access.remember_roles(request, administers=True)
         messages.success(request, f"Project {project.name} created with a fresh, untrained {project.tool} model.")
         return redirect("project_detail", slug=project.slug)
     return render(request, "annotate/project_form.html", {"form": form, "creating": True})

@@ -207,11 +207,13 @@ def test_the_header_leads_project_admins_who_are_not_staff_to_training(
     assert header not in client.get(detail).content.decode()
 
 
-def test_a_project_made_shows_the_header_links_at_once(client, django_user_model) -> None:
+def test_a_user_who_may_make_projects_finds_new_project_and_training_once_they_made_one(client, django_user_model) -> None:
     maker = django_user_model.objects.create_user("mia", password="a-long-password")
     maker.user_permissions.add(Permission.objects.get(codename="add_project"))
     client.force_login(maker)
-    assert f'href="{INDEX}"' not in client.get(reverse("home")).content.decode()
+    home = client.get(reverse("home")).content.decode()  # may create projects, administers none yet
+    assert f'<li><a href="{reverse("project_create")}">New project</a></li>' in home
+    assert f'href="{INDEX}"' not in home
     response = client.post(reverse("project_create"), {
         "name": "Claims", "slug": "claims", "kind": "investigator/verification",
         "configuration": '{"dim": 8}', "overlap": 1, "lease_seconds": 600,
