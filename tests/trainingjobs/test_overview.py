@@ -207,7 +207,8 @@ def test_the_header_leads_project_admins_who_are_not_staff_to_training(
     assert header not in client.get(detail).content.decode()
 
 
-def test_a_user_who_may_make_projects_finds_new_project_and_training_once_they_made_one(client, django_user_model) -> None:
+def test_a_user_who_may_make_projects_finds_new_project_and_training_once_they_made_one(
+        client, django_user_model) -> None:
     maker = django_user_model.objects.create_user("mia", password="a-long-password")
     maker.user_permissions.add(Permission.objects.get(codename="add_project"))
     client.force_login(maker)
