@@ -4,7 +4,7 @@
  *
  * The page declares its shortcuts in HTML: an element with data-shortcut="k" (several keys separated by
  * spaces) is clicked (buttons, links, radios, checkboxes) or focused (text fields) when k is pressed outside a
- * text field. Keys resolve inside the nearest [data-shortcut-scope] around the focused element first, so 1-9
+ * text field. Keys resolve inside the nearest [data-shortcut-scope] around the focused element first, so digits
  * toggle the documents of the query being worked on. data-focus="#id" moves focus after the action; a
  * shortcut inside a closed <details> opens it. Without this file the page still works: every shortcut is a
  * real form control or link.
@@ -138,11 +138,95 @@
       if (first) { event.preventDefault(); first.focus(); }
       return;
     }
+    if (/^[0-9]$/.test(event.key)) return numberKey(event, scope, ws);
     var el = find(scope, event.key) || (scope !== ws && find(ws, event.key));
     if (!el) return;
     event.preventDefault();
     activate(el);
   });
+
+  // Options past the ninth have keys of two digits (or more), typed one after the other. A digit that begins a
+  // longer key waits for the next one (NEXT_DIGIT_MS, or until any other key) before it picks; a digit that
+  // begins none picks at once, so a list of nine options or fewer is as quick as ever. The option waiting to be
+  // picked is marked (.key-pending).
+  var NEXT_DIGIT_MS = 700;
+  var typedDigits = null;  // {digits, scope, el, timer}
+
+  function keysIn(root) {
+    var keys = [];
+    root.querySelectorAll("[data-shortcut]").forEach(function (el) {
+      el.dataset.shortcut.split(/\s+/).forEach(function (key) {
+        if (/^[0-9]+$/.test(key)) keys.push(key);
+      });
+    });
+    return keys;
+  }
+
+  function beginsKey(root, digits) {
+    return keysIn(root).some(function (key) { return key.indexOf(digits) === 0; });
+  }
+
+  function beginsLongerKey(root, digits) {
+    return keysIn(root).some(function (key) { return key.length > digits.length && key.indexOf(digits) === 0; });
+  }
+
+  function markPending(el, on) {
+    var mark = el && (el.closest("label") || el);
+    if (mark) mark.classList.toggle("key-pending", on);
+  }
+
+  function dropDigits() {
+    var pending = typedDigits;
+    typedDigits = null;
+    if (pending) {
+      clearTimeout(pending.timer);
+      markPending(pending.el, false);
+    }
+    return pending;
+  }
+
+  // Pick the option the digits typed so far name, if any: its wait is over.
+  function settleDigits() {
+    var pending = dropDigits();
+    if (pending && pending.el && pending.el.isConnected) activate(pending.el);  // not if htmx swapped the item
+  }
+
+  function numberKey(event, scope, ws) {
+    var before = typedDigits && typedDigits.scope === scope ? typedDigits.digits : "";
+    var digits = before + event.key;
+    if (before && !beginsKey(scope, digits) && !(scope !== ws && beginsKey(ws, digits))) {
+      // No key goes on like this: the digits before stand alone, and this one starts afresh, unless picking
+      // moved the focus into a text field (a plan's outcome), where the digit is typed.
+      settleDigits();
+      if (isTyping(document.activeElement)) return;
+      digits = event.key;
+    } else if (typedDigits && before) {
+      dropDigits();
+    } else {
+      settleDigits();  // typed in another query's documents
+    }
+    var root = scope !== ws && !beginsKey(scope, digits) ? ws : scope;
+    var el = find(root, digits);
+    if (beginsLongerKey(root, digits)) {
+      event.preventDefault();
+      typedDigits = { digits: digits, scope: scope, el: el, timer: setTimeout(settleDigits, NEXT_DIGIT_MS) };
+      markPending(el, true);
+    } else if (el) {
+      event.preventDefault();
+      activate(el);
+    }
+  }
+
+  // A click while digits wait is the reviewer's choice instead.
+  document.addEventListener("pointerdown", dropDigits, true);
+
+  // Any other key first settles digits still waiting ("1" then Enter picks the first option and submits it);
+  // Escape drops them.
+  document.addEventListener("keydown", function (event) {
+    if (!typedDigits || /^[0-9]$/.test(event.key) || /^(Shift|Control|Alt|Meta|CapsLock)$/.test(event.key)) return;
+    if (event.key === "Escape") dropDigits();
+    else settleDigits();
+  }, true);
 
   // Relevance: every query needs at least one relevant document; say which one before the server does.
   function checkRelevance(form) {

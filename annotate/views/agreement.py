@@ -174,7 +174,7 @@ def _workspace(request, project: Project, item: Item, *, error: str = "", status
                    .order_by("reviewer__username", "id"))
     finals = [a for a in answers if a.kind == AnswerKind.TARGET]
     cards = [
-        {"answer": a, "reviewer": a.reviewer.get_username(), "key": str(n + 1) if n < 9 else "",
+        {"answer": a, "reviewer": a.reviewer.get_username(), "key": str(n + 1),
          "target": targets.describe(project.mode, item.inputs, a.target),
          "chosen": current is not None and current.chosen_answer_id == a.pk,
          "history": display.answer_history(a.revisions.all())}

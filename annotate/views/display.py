@@ -101,7 +101,7 @@ def choices(inputs: Any, receipt: dict | None = None) -> list[dict]:
                    for i, c in enumerate(receipt.get("candidates") or [])]
     for index, option in enumerate(options):
         option["index"] = index
-        option["key"] = str(index + 1) if index < 9 else ""
+        option["key"] = str(index + 1)  # past 9, two digits typed together (static/keyboard.js)
     return options
 
 
@@ -316,7 +316,7 @@ def generated_text(receipt: Any) -> str:
 
 
 def _ranked(receipt: dict, inputs: Any) -> list[dict]:
-    """Candidates in input order (so keys 1-9 match the editor), with the receipt's numbers beside them."""
+    """Candidates in input order (so their keys match the editor), with the receipt's numbers beside them."""
     by_id = {str(c.get("id")): c for c in receipt.get("candidates") or []}
     rows = []
     for option in choices(inputs, receipt):
@@ -472,6 +472,7 @@ def editor_view(mode: str, inputs: Any, receipt: dict | None, draft: Any = None)
     view: dict[str, Any] = {"name": name, "template": f"annotate/editors/_{name}.html"}
     if name == "choice":
         view["options"] = choices(inputs, receipt)
+        view["last_key"] = len(view["options"])
         view["chosen"] = str(draft) if isinstance(draft, (str, int)) and not isinstance(draft, bool) else None
         if isinstance(draft, int) and not isinstance(draft, bool) and draft < len(view["options"]):
             view["chosen"] = view["options"][draft]["id"]
@@ -484,6 +485,7 @@ def editor_view(mode: str, inputs: Any, receipt: dict | None, draft: Any = None)
         view["chosen"] = draft if isinstance(draft, str) else None
     elif name == "relevance":
         view["queries"] = relevance_rows(inputs, receipt, draft)
+        view["last_key"] = len(view["queries"][0]["documents"]) if view["queries"] else 0
     elif name == "text":
         model_text = generated_text(receipt)
         view["model_text"] = model_text
@@ -491,6 +493,7 @@ def editor_view(mode: str, inputs: Any, receipt: dict | None, draft: Any = None)
         view["diff"] = word_diff(model_text, view["text"]) if view["text"] != model_text else []
     elif name == "outcome":
         view["options"] = choices(inputs, receipt)
+        view["last_key"] = len(view["options"])
         predicted = {str(c.get("id")): c.get("outcome") for c in (receipt or {}).get("candidates") or []}
         all_values = draft if isinstance(draft, list) and len(draft) == len(view["options"]) else None
         one = draft if isinstance(draft, dict) else {}
@@ -522,7 +525,7 @@ def relevance_rows(inputs: Any, receipt: dict | None, draft: Any = None) -> list
             "number": q + 1,
             "text": str(query),
             "documents": [
-                {"index": d, "key": str(d + 1) if d < 9 else "", "text": str(doc), "checked": d in picked.get(q, ())}
+                {"index": d, "key": str(d + 1), "text": str(doc), "checked": d in picked.get(q, ())}
                 for d, doc in enumerate(documents)
             ],
         }

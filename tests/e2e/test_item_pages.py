@@ -4,6 +4,7 @@ attention highlights, the Scene heat map, the live diff, and the relevance rule 
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from annotate import queue
 from annotate.models import Answer, Item, ItemStatus, Membership, ModelVersion, Prediction, Project, Role
@@ -20,8 +21,8 @@ def reviewer(django_user_model):
     return django_user_model.objects.create_user("rita", password=PASSWORD)
 
 
-def sample_item(reviewer, tool: str, mode: str) -> tuple[Project, Item]:
-    data = sample(tool, mode)
+def sample_item(reviewer, tool: str, mode: str, data: dict | None = None) -> tuple[Project, Item]:
+    data = data or sample(tool, mode)
     project = Project.objects.create(slug=f"{tool}-{mode}", name=f"{tool.capitalize()} {mode}", tool=tool,
                                      mode=mode, guidelines="Prefer the answer the evidence supports.")
     Membership.objects.create(project=project, user=reviewer, role=Role.REVIEWER)
@@ -91,3 +92,93 @@ def test_text_editor_shows_live_diff(page, reviewer) -> None:
 
     assert page.locator("#text-diff ins").inner_text() == ", up again"
     assert page.locator("#target-text").input_value() == "yes it is, up again"
+
+
+# -- options past the ninth: keys of two digits ----------------------------------------------------------------
+def _twelve(tool: str, mode: str) -> dict:
+    """The sample with 12 candidates (plans, documents): the keys run 1 to 12."""
+    data = sample(tool, mode)
+    if mode == "retrieval":
+        data["inputs"]["documents"] = [f"document {n}" for n in range(1, 13)]
+        return data
+    field = "plans" if mode == "outcomes" else "hypotheses"
+    data["inputs"][field] = [{"id": f"h{n}", "text": f"option {n}"} for n in range(1, 13)]
+    data["receipt"]["candidates"] = [{"id": f"h{n}", "text": f"option {n}", "score": 1.0, "probability": 1 / 12,
+                                      "outcome": 1.0} for n in range(1, 13)]
+    data["receipt"]["selected_id"], data["receipt"]["selected_index"] = "h1", 0
+    return data
+
+
+def _dispatch_key(page, key: str) -> dict:
+    """Press `key` in the page and say, before anything else runs, which option is marked as waiting for a
+    second digit and which is chosen (a timer cannot fire between the two)."""
+    return page.evaluate("""key => {
+        document.body.dispatchEvent(new KeyboardEvent("keydown", {key: key, bubbles: true, cancelable: true}));
+        const pending = document.querySelector(".key-pending input");
+        const chosen = document.querySelector("#target-form input[type=radio]:checked");
+        return {pending: pending && pending.value, chosen: chosen && chosen.value};
+    }""", key)
+
+
+def test_options_past_nine_are_chosen_by_typing_both_digits(page, artifacts, reviewer) -> None:
+    project, item = sample_item(reviewer, "decision", "rank", _twelve("decision", "rank"))
+    sign_in(page, "rita")
+    page.goto(f"{page.base_url}/projects/{project.slug}/items/{item.pk}/")
+    shortcuts = page.locator(".shortcuts")
+    expect(shortcuts).to_contain_text("choose a candidate (10 and up: type both digits)")
+    assert shortcuts.locator("kbd").nth(1).inner_text() == "12"
+
+    page.keyboard.press("1")
+    page.keyboard.press("2")
+    expect(page.locator("input[name=choice][value=h12]")).to_be_checked()
+    # A digit no longer key begins with chooses at once; one that begins 10-12 waits for the next digit.
+    assert _dispatch_key(page, "3") == {"pending": None, "chosen": "h3"}
+    assert _dispatch_key(page, "1") == {"pending": "h1", "chosen": "h3"}
+    expect(page.locator("input[name=choice][value=h1]")).to_be_checked()  # nothing followed: 1 it is
+    page.screenshot(path=str(artifacts / "twelve-candidates.png"), full_page=True)
+    # Escape drops a waiting digit: the next digit starts afresh.
+    assert _dispatch_key(page, "1")["pending"] == "h1"
+    page.keyboard.press("Escape")
+    assert _dispatch_key(page, "2") == {"pending": None, "chosen": "h2"}
+
+    # "1" then Enter: the first candidate, submitted without waiting out the pause.
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+    page.wait_for_function("n => document.getElementById('workspace').dataset.item !== n", arg=str(item.pk))
+    assert Answer.objects.get(item=item).target == "h1"
+
+
+def test_documents_past_nine_are_toggled_by_both_digits_in_the_query_worked_on(page, reviewer) -> None:
+    project, item = sample_item(reviewer, "investigator", "retrieval", _twelve("investigator", "retrieval"))
+    sign_in(page, "rita")
+    page.goto(f"{page.base_url}/projects/{project.slug}/items/{item.pk}/")
+    expect(page.locator(".relevance + p")).to_contain_text("1–12 toggle the documents of the query you are in "
+                                                           "(10 and up: type both digits)")
+
+    page.keyboard.press("q")  # into the first query
+    page.keyboard.press("q")  # on to the second
+    page.keyboard.press("1")
+    page.keyboard.press("1")
+
+    second = page.locator("fieldset.relevance").nth(1)
+    expect(second.locator("input[value='1:10']")).to_be_checked()  # document 11
+    assert not second.locator("input[value='1:0']").is_checked()  # not document 1
+    assert not page.locator("input[value='0:10']").is_checked()  # nor the first query's 11th
+
+
+def test_a_plan_then_its_outcome_typed_straight_after_among_twelve_plans(page, reviewer) -> None:
+    project, item = sample_item(reviewer, "planner", "outcomes", _twelve("planner", "outcomes"))
+    sign_in(page, "rita")
+    page.goto(f"{page.base_url}/projects/{project.slug}/items/{item.pk}/")
+
+    page.keyboard.press("1")
+    page.keyboard.press("7")
+    # No plan 17: "1" was the plan, and the 7 its outcome, typed where the pick moved the focus.
+    expect(page.locator("input[name=plan][value=h1]")).to_be_checked()
+    expect(page.locator("#outcome-value")).to_have_value("7")
+
+    page.keyboard.press("Escape")
+    page.keyboard.press("1")
+    page.keyboard.press("0")
+    expect(page.locator("input[name=plan][value=h10]")).to_be_checked()
+    expect(page.locator("#outcome-value")).to_be_focused()
