@@ -6,6 +6,7 @@ by the tool's own validator in `annotate.queue` (exactly as its trainer checks i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -17,7 +18,8 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
-from django.template.defaultfilters import pluralize
+from django.db import transaction
+from django.template.defaultfilters import pluralize, truncatechars
 from django.utils import timezone
 
 from annotate import accounts, export, imports, tooling
@@ -46,7 +48,13 @@ class ProjectForm(forms.ModelForm):
         help_text='Fields of the tool\'s configuration, for example {"dim": 32, "seed": 0}. Empty: defaults.',
     )
 
+    # What the form showed of each setting (a digest per field), to merge with what another admin saved since.
+    loaded = forms.CharField(required=False, widget=forms.HiddenInput)
+
     field_order = ["name", "slug", "kind", "configuration", "guidelines", "overlap", "lease_seconds"]
+    SETTINGS = ("name", "guidelines", "configuration", "overlap", "lease_seconds")
+    SETTING_WORDS = {"name": "the name", "guidelines": "the guidelines", "configuration": "the tool configuration",
+                     "overlap": "the overlap", "lease_seconds": "the lease"}
 
     class Meta:
         model = Project
@@ -65,7 +73,12 @@ class ProjectForm(forms.ModelForm):
             kind.initial = f"{self.instance.tool}/{self.instance.mode}"
             self.fields["slug"].disabled = True
             self.initial["configuration"] = json.dumps(self.instance.configuration or {}, indent=1)
+            self.initial["loaded"] = json.dumps(_digests(_settings_of(self.instance)))
         kind.widget.attrs["aria-describedby"] = "kind-help"
+
+    def clean_guidelines(self) -> str:
+        # Browsers send a textarea's lines with CR LF: stored as typed, untouched guidelines would count as changed.
+        return self.cleaned_data["guidelines"].replace("\r\n", "\n")
 
     def clean_configuration(self) -> dict:
         text = (self.cleaned_data.get("configuration") or "").strip()
@@ -113,6 +126,66 @@ class ProjectForm(forms.ModelForm):
         if commit:
             project.save()
         return project
+
+    def save_settings(self) -> tuple[Project, list[str]] | None:
+        """Store a valid form's settings of an existing project, merged with what another admin saved since this
+        form was shown: only the settings this admin changed are written, so two admins changing different
+        settings both keep theirs. Returns the project and the labels of the settings kept from another admin.
+
+        A setting both changed, to different values, is a conflict: nothing is stored, the form keeps this
+        admin's values, an error beside each such setting says what it holds now, and the form counts as shown
+        from now on, so saving it again stores this admin's values. Returns None then.
+        """
+        mine = _settings_of(self.instance)  # the form's values: validation put them on the instance
+        with transaction.atomic():
+            project = Project.objects.select_for_update().get(pk=self.instance.pk)
+            theirs = _settings_of(project)
+            ours, stored = _digests(mine), _digests(theirs)
+            shown = {**stored, **self._shown()}  # a setting the form has no record of: overwritten, as it used to be
+            changed = [f for f in self.SETTINGS if ours[f] != shown[f]]
+            conflicts = [f for f in changed if stored[f] not in (shown[f], ours[f])]
+            if conflicts:
+                self._conflict(conflicts, theirs, stored)
+                return None
+            kept = [f for f in self.SETTINGS if f not in changed and stored[f] != shown[f]]
+            # Each setting is checked alone (the overlap against the answers stored, the configuration against
+            # the tool), so another admin's, checked when saved, and this admin's go together.
+            for name in self.SETTINGS:
+                if name not in kept:
+                    setattr(project, name, mine[name])
+            project.save(update_fields=list(self.SETTINGS))
+        return project, [self.SETTING_WORDS[f] for f in kept]
+
+    def _shown(self) -> dict:
+        try:
+            shown = json.loads(self.cleaned_data.get("loaded") or "{}")
+        except ValueError:
+            return {}
+        if not isinstance(shown, dict):
+            return {}
+        return {name: digest for name, digest in shown.items() if name in self.SETTINGS and isinstance(digest, str)}
+
+    def _conflict(self, fields: list[str], theirs: dict, stored: dict) -> None:
+        for name in fields:
+            value = theirs[name]
+            now = json.dumps(value, indent=1) if name == "configuration" else str(value)
+            now = f"“{truncatechars(now, 300)}”" if now else "nothing"
+            self.add_error(name, f"Another admin changed this since you opened the page; it now holds {now}. "
+                                 f"Save again to replace it with yours.")
+        self.add_error(None, "Nothing was saved: another admin saved these settings since you opened the page. "
+                             "Your changes are still in the form.")
+        self.data = self.data.copy()
+        self.data["loaded"] = json.dumps(stored)
+
+
+def _settings_of(project: Project) -> dict[str, Any]:
+    return {name: getattr(project, name) for name in ProjectForm.SETTINGS}
+
+
+def _digests(settings: dict[str, Any]) -> dict[str, str]:
+    """A short digest of each setting's value, for the form to say what it showed without repeating it."""
+    return {name: hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+            for name, value in settings.items()}
 
 
 class MemberForm(forms.Form):

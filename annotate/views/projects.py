@@ -56,10 +56,21 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
     project = access.admin_project(request, slug)
     form = ProjectForm(request.POST or None, instance=project)
     if request.method == "POST" and form.is_valid():
-        form.save()
-        messages.success(request, " ".join(["Project settings saved.", *_overlap_applied(project)]))
-        return redirect("project_settings", slug=project.slug)
+        saved = form.save_settings()
+        if saved is not None:
+            project, kept = saved
+            said = ["Project settings saved."]
+            if kept:
+                said.append(f"Kept what another admin saved meanwhile: {_listed(kept)}.")
+            messages.success(request, " ".join([*said, *_overlap_applied(project)]))
+            return redirect("project_settings", slug=project.slug)
+        return render(request, "annotate/project_form.html", _settings_context(request, project, form=form),
+                      status=409)
     return render(request, "annotate/project_form.html", _settings_context(request, project, form=form))
+
+
+def _listed(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _overlap_applied(project: Project) -> list[str]:

@@ -1,0 +1,117 @@
+"""Two admins editing a project's settings at once: each keeps what they changed, and a setting both changed
+differently is refused, not silently overwritten."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from annotate.models import Membership, ModelVersion, Project, Role
+
+
+@pytest.fixture
+def second_admin(django_user_model, project):
+    user = django_user_model.objects.create_user("bea", password="a-long-password")
+    Membership.objects.create(project=project, user=user, role=Role.ADMIN)
+    return user
+
+
+def _form_as_shown(client, project: Project) -> dict:
+    """The settings form's fields as the page showed them (the hidden `loaded` among them)."""
+    form = client.get(reverse("project_settings", args=[project.slug])).context["form"]
+    return {name: form[name].value() for name in ("name", "guidelines", "configuration", "overlap",
+                                                   "lease_seconds", "loaded")}
+
+
+def _save(client, project: Project, data: dict):
+    return client.post(reverse("project_settings", args=[project.slug]), data, follow=True)
+
+
+@pytest.mark.django_db
+def test_two_admins_changing_different_settings_both_keep_theirs(client, project, project_admin,
+                                                                  second_admin) -> None:
+    client.force_login(project_admin)
+    ada = _form_as_shown(client, project)
+    client.force_login(second_admin)
+    bea = _form_as_shown(client, project)
+
+    client.force_login(project_admin)
+    assert _save(client, project, {**ada, "guidelines": "Pick the root cause, not a symptom."}).status_code == 200
+    client.force_login(second_admin)
+    page = _save(client, project, {**bea, "overlap": 2}).content.decode()
+
+    project.refresh_from_db()
+    assert (project.guidelines, project.overlap) == ("Pick the root cause, not a symptom.", 2)
+    assert "Project settings saved. Kept what another admin saved meanwhile: the guidelines." in page
+
+
+@pytest.mark.django_db
+def test_a_setting_both_admins_changed_differently_is_refused_and_the_second_save_stores_it(
+        client, project, project_admin, second_admin) -> None:
+    client.force_login(project_admin)
+    ada = _form_as_shown(client, project)
+    client.force_login(second_admin)
+    bea = _form_as_shown(client, project)
+    client.force_login(project_admin)
+    _save(client, project, {**ada, "guidelines": "Ada's rules."})
+
+    client.force_login(second_admin)
+    response = _save(client, project, {**bea, "guidelines": "Bea's rules.", "lease_seconds": 300})
+
+    assert response.status_code == 409
+    page = response.content.decode()
+    assert "Nothing was saved: another admin saved these settings since you opened the page." in page
+    assert "Another admin changed this since you opened the page; it now holds “Ada&#x27;s rules.”" in page
+    assert "Bea&#x27;s rules.</textarea>" in page  # her text is still in the form
+    project.refresh_from_db()
+    assert (project.guidelines, project.lease_seconds) == ("Ada's rules.", 600)  # nothing of hers stored
+
+    form = response.context["form"]
+    again = {name: form[name].value() for name in bea}
+    assert _save(client, project, again).status_code == 200
+    project.refresh_from_db()
+    assert (project.guidelines, project.lease_seconds) == ("Bea's rules.", 300)
+
+
+@pytest.mark.django_db
+def test_both_admins_making_the_same_change_is_no_conflict(client, project, project_admin, second_admin) -> None:
+    client.force_login(project_admin)
+    ada = _form_as_shown(client, project)
+    client.force_login(second_admin)
+    bea = _form_as_shown(client, project)
+    client.force_login(project_admin)
+    _save(client, project, {**ada, "overlap": 2})
+
+    client.force_login(second_admin)
+    assert _save(client, project, {**bea, "overlap": 2, "name": "Outages (EU)"}).status_code == 200
+
+    project.refresh_from_db()
+    assert (project.overlap, project.name) == (2, "Outages (EU)")
+
+
+@pytest.mark.django_db
+def test_saving_settings_leaves_the_predicting_version_alone(client, project, project_admin) -> None:
+    """Only the form's settings are written: a version promoted while the form was open stays promoted."""
+    client.force_login(project_admin)
+    shown = _form_as_shown(client, project)
+    promoted = ModelVersion.objects.allocate(project, label="fine-tuned", trained=False)
+    Project.objects.filter(pk=project.pk).update(current_version=promoted)
+
+    _save(client, project, {**shown, "guidelines": "New rules."})
+
+    project.refresh_from_db()
+    assert (project.current_version, project.guidelines) == (promoted, "New rules.")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("loaded", ["", "not json", "[1, 2]", '{"guidelines": 5}'])
+def test_a_form_without_a_readable_record_of_what_it_showed_saves_as_before(client, project, project_admin,
+                                                                            loaded) -> None:
+    client.force_login(project_admin)
+    shown = _form_as_shown(client, project)
+
+    response = _save(client, project, {**shown, "loaded": loaded, "guidelines": "New rules."})
+
+    assert response.status_code == 200
+    project.refresh_from_db()
+    assert project.guidelines == "New rules."
