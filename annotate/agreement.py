@@ -185,6 +185,39 @@ class PairReport:
 
 
 @dataclass
+class ReviewerReport:
+    """One reviewer against everyone who answered an item they answered: their pairs' counts summed."""
+
+    reviewer: str
+    co_reviewers: int = 0
+    items: int = 0  # comparisons: one per co-reviewer and item both answered
+    agreed: int = 0
+    score: float = 0.0  # the mean pair score over those comparisons
+
+    @property
+    def percent(self) -> float | None:
+        return None if self.items == 0 else 100.0 * self.agreed / self.items
+
+
+def by_reviewer(pairs: Iterable[PairReport]) -> list[ReviewerReport]:
+    """Each reviewer's agreement with the others, least agreeing first (then the most compared): on a team of
+    twenty, 190 pairs of a few items each hide the one reviewer who reads the guidelines differently; this
+    shows them at the top."""
+    reviewers: dict[str, ReviewerReport] = {}
+    for pair in pairs:
+        for name in pair.reviewers:
+            row = reviewers.setdefault(name, ReviewerReport(reviewer=name))
+            row.co_reviewers += 1
+            row.items += pair.items
+            row.agreed += pair.agreed
+            row.score += pair.score * pair.items
+    for row in reviewers.values():
+        row.score = row.score / row.items if row.items else 0.0
+    return sorted(reviewers.values(), key=lambda r: (r.percent if r.percent is not None else 101.0, -r.items,
+                                                     r.reviewer))
+
+
+@dataclass
 class Report:
     measure: str
     items: int = 0  # items with >= 2 final targets

@@ -49,6 +49,11 @@ def project_agreement(request: HttpRequest, token: ApiToken, slug: str) -> JsonR
              "score": p.score, "kappa": p.kappa}
             for p in report.pairs
         ],
+        "reviewers": [
+            {"reviewer": r.reviewer, "co_reviewers": r.co_reviewers, "items": r.items, "agreed": r.agreed,
+             "percent": r.percent, "score": r.score}
+            for r in agreement.by_reviewer(report.pairs)
+        ],
         **adjudication.disagreement_counts(project),
         "computed_at": report.computed_at.isoformat() if report.computed_at else None,
         "stale": report.stale,

@@ -25,6 +25,7 @@ from annotate.models import Adjudication, Answer, AnswerKind, Item, Project
 from annotate.views import access, display, targets
 
 PER_PAGE = 50
+CHARTED_PAIRS = 12
 _SCORE_LABELS = {"mask": "mean Jaccard overlap", "text": "mean text similarity",
                  "numeric": "mean share of outcomes within tolerance"}
 _EXPLANATIONS = {
@@ -49,8 +50,17 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
     pairs = [
         {"a": p.reviewers[0], "b": p.reviewers[1], "items": p.items, "agreed": p.agreed,
          "percent": targets.percent(p.percent), "bar": f"{2 * (p.percent or 0):.1f}", "score": targets.fixed(p.score),
-         "kappa": targets.fixed(p.kappa), "kappa_words": targets.kappa_words(p.kappa), "y": 24 * n}
-        for n, p in enumerate(report.pairs)
+         "kappa": targets.fixed(p.kappa), "kappa_words": targets.kappa_words(p.kappa), "raw": p.percent or 0.0}
+        for p in report.pairs
+    ]
+    # The chart draws every pair of a small team; of a big one, the pairs agreeing least (the table has them all).
+    charted = pairs if len(pairs) <= CHARTED_PAIRS else sorted(pairs, key=lambda p: (p["raw"], -p["items"]))[
+        :CHARTED_PAIRS]
+    charted = [{**p, "y": 24 * n} for n, p in enumerate(charted)]
+    reviewers = [
+        {"name": r.reviewer, "co_reviewers": r.co_reviewers, "items": r.items, "agreed": r.agreed,
+         "percent": targets.percent(r.percent), "width": f"{r.percent or 0:.1f}", "score": targets.fixed(r.score)}
+        for r in agreement.by_reviewer(report.pairs)
     ]
     context = {
         "project": project,
@@ -64,7 +74,10 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
         "mean_score": targets.fixed(report.mean_score),
         "score_label": _SCORE_LABELS.get(report.measure, ""),
         "pairs": pairs,
-        "chart_height": 24 * len(pairs) + 2,
+        "charted": charted,
+        "chart_height": 24 * len(charted) + 2,
+        # With two reviewers this is their one pair again.
+        "reviewers": reviewers if len(reviewers) > 2 else [],
         "split": _split(report.items, report.agreed, counts["disagreements"], counts["adjudicated"]),
         "open": counts["open"],
         "adjudicated": counts["adjudicated"],

@@ -71,6 +71,22 @@ def test_report_lists_disagreements_and_pairs() -> None:
     assert pair.reviewers == ("ann", "bob") and pair.items == 2 and pair.percent == 50.0
 
 
+def test_each_reviewer_against_the_others_puts_the_least_agreeing_first() -> None:
+    """Ann, bob and cy answer three items together; cy picks differently on two of them."""
+    rows = []
+    for item, cy in ((1, "b"), (2, "b"), (3, "a")):
+        rows += [(item, "ann", "a", RANK_INPUTS), (item, "bob", "a", RANK_INPUTS), (item, "cy", cy, RANK_INPUTS)]
+
+    reviewers = agreement.by_reviewer(agreement.report("categorical", rows).pairs)
+
+    assert [(r.reviewer, r.co_reviewers, r.items, r.agreed) for r in reviewers] == [
+        ("cy", 2, 6, 2),  # 3 items with each of ann and bob, agreeing on item 3 alone
+        ("ann", 2, 6, 4), ("bob", 2, 6, 4),  # with each other 3 of 3, with cy 1 of 3
+    ]
+    assert reviewers[0].percent == pytest.approx(100 / 3)
+    assert agreement.by_reviewer([]) == []
+
+
 def test_empirical_distribution_is_a_valid_ranking_target() -> None:
     from annotate import tooling
 

@@ -380,3 +380,55 @@ def test_counts_on_the_agreement_pages_are_grouped_by_thousands(client, project,
     assert "<strong>1,234</strong>" in page  # disagreements open
     assert "Open (1,234)" in client.get(urls["list"]).content.decode()
     assert "1,234 open" in client.get(reverse("project_detail", args=[project.slug])).content.decode()
+
+
+def test_agreement_page_ranks_each_reviewer_against_the_others_on_a_team(client, project, project_admin, labelled,
+                                                                        django_user_model) -> None:
+    """A third reviewer, tom, answers the second item too and disagrees with rita and sam there."""
+    tom = django_user_model.objects.create_user("tom", password="a-long-password")
+    Membership.objects.create(project=project, user=tom, role=Role.REVIEWER)
+    Project.objects.filter(pk=project.pk).update(overlap=3)
+    project.refresh_from_db()
+    queue.apply_overlap(project)
+    for item in labelled:
+        assert queue.claim_next(project, tom) == item
+        queue.submit(item, tom, "dns")
+    client.force_login(project_admin)
+
+    page = client.get(reverse("agreement_page", args=[project.slug])).content.decode()
+
+    section = page[page.index('id="reviewer-agreement"'):page.index('id="pairs-title"')]
+    names = [name for name in ("rita", "sam", "tom") if f">{name}</a>" in section]
+    assert sorted(names, key=section.index) == ["rita", "tom", "sam"]  # 25% and 25% (in name order), then 50%
+    items = reverse("item_list", args=[project.slug])
+    assert f'href="{items}?reviewer=tom&amp;disagreement=yes"' in section
+    assert "<td>2</td><td>4</td><td>1</td>" in section  # rita: 2 co-reviewers, 4 comparisons, 1 agreed
+
+
+def test_agreement_page_of_two_reviewers_has_no_reviewer_table(client, project, project_admin, labelled) -> None:
+    client.force_login(project_admin)
+
+    page = client.get(reverse("agreement_page", args=[project.slug])).content.decode()
+
+    assert 'id="reviewer-agreement"' not in page  # their one pair says it all
+
+
+def test_agreement_chart_of_a_big_team_draws_the_pairs_agreeing_least(client, project, project_admin,
+                                                                      monkeypatch) -> None:
+    from annotate import agreement
+
+    names = [f"r{n:02d}" for n in range(7)]  # 21 pairs
+    pairs = [agreement.PairReport(reviewers=(a, b), items=4, agreed=0 if "r03" in (a, b) else 4)
+             for i, a in enumerate(names) for b in names[i + 1:]]
+    report = agreement.Report(measure="categorical", items=40, agreed=30, pairs=pairs)
+    monkeypatch.setattr(agreement, "cached_project_report", lambda project: report)
+    client.force_login(project_admin)
+
+    page = client.get(reverse("agreement_page", args=[project.slug])).content.decode()
+
+    start = page.index('<svg class="pair-chart"')
+    chart = page[start:page.index("</svg>", start)]
+    assert chart.count('class="fill"') == 12
+    assert all(f"{a} · {b}" in chart for a, b in (p.reviewers for p in pairs) if "r03" in (a, b))  # all 6 at 0%
+    assert "the 12 pairs agreeing least of 21" in page
+    assert page.count("<tr><td>r0") == 21  # the table has them all

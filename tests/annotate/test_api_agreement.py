@@ -76,6 +76,8 @@ def test_agreement_reports_the_measure_percent_kappa_pairs_and_counts(client, pr
         "percent": 50.0, "mean_score": 0.5,
         "pairs": [{"reviewers": ["rita", "sam"], "items": 2, "agreed": 1, "percent": 50.0, "score": 0.5,
                    "kappa": 0.0}],
+        "reviewers": [{"reviewer": name, "co_reviewers": 1, "items": 2, "agreed": 1, "percent": 50.0, "score": 0.5}
+                      for name in ("rita", "sam")],
         "disagreements": 1, "adjudicated": 0, "open": 1,
     }
 
