@@ -17,6 +17,8 @@
  * restored; the note says how long the server keeps it (data-draft-kept). data-draft-settled is how long ago the
  * form's last send was stored (an answer, an adjudication): a copy typed here before that is dropped, as the
  * work was done since, in another browser.
+ *
+ * A plain form with data-unsaved-warning has the browser ask before the page is left with its changes unsaved.
  */
 (function () {
   "use strict";
@@ -297,6 +299,23 @@
     if (!event.target.matches("form[data-drafts-clear]")) return;
     var store = storage();
     if (store) keptKeys(store).forEach(function (key) { store.removeItem(key); });
+  });
+
+  // A plain form marked data-unsaved-warning (a project's settings, a new project: long guidelines typed there)
+  // has the browser ask before the page is left with changes not yet saved. Sending the form is leaving it saved
+  // (the server answers with the form again and its errors where it refused; typing again marks it again).
+  var unsavedForms = [];
+  document.addEventListener("input", function (event) {
+    var form = event.target.form || (event.target.closest && event.target.closest("form"));
+    if (form && form.hasAttribute("data-unsaved-warning") && unsavedForms.indexOf(form) < 0) unsavedForms.push(form);
+  });
+  document.addEventListener("submit", function (event) {
+    unsavedForms = unsavedForms.filter(function (form) { return form !== event.target; });
+  });
+  window.addEventListener("beforeunload", function (event) {
+    if (!unsavedForms.some(function (form) { return form.isConnected; })) return;
+    event.preventDefault();
+    event.returnValue = "";  // older browsers ask only when this is set
   });
 
   function start() {

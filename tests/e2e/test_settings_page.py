@@ -62,3 +62,37 @@ def test_two_admins_save_the_settings_page_at_once(page, browser, live_server, a
     project.refresh_from_db()
     assert project.guidelines == "Bea's rules."
     bea_context.close()
+
+
+def _would_ask(page) -> bool:
+    """Whether leaving the page now would have the browser ask (the page's beforeunload handler objects)."""
+    return page.evaluate("""() => {
+        const event = new Event("beforeunload", {cancelable: true});
+        window.dispatchEvent(event);
+        return event.defaultPrevented;
+    }""")
+
+
+def test_leaving_the_settings_page_with_changes_unsaved_asks_first(page, django_user_model) -> None:
+    project = Project.objects.create(slug="outages", name="Outages", tool="decision", mode="rank",
+                                     configuration={"dim": 8, "buckets": 64})
+    ada = django_user_model.objects.create_user("ada", password=PASSWORD)
+    Membership.objects.create(project=project, user=ada, role=Role.ADMIN)
+    sign_in(page, "ada")
+    page.goto(f"{page.base_url}/projects/outages/settings/")
+    assert not _would_ask(page)
+
+    page.get_by_label("Guidelines").press_sequentially("Pick the root cause.")
+    assert _would_ask(page)
+    page.get_by_role("button", name="Save settings").click()
+    page.wait_for_load_state()
+    assert "Project settings saved." in page.get_by_role("status").first.inner_text()
+    assert not _would_ask(page)
+
+    page.get_by_label("Guidelines").press_sequentially(" Not a symptom.")
+    with page.expect_event("dialog") as asked:
+        page.close(run_before_unload=True)  # the tab closed with the text unsaved: the browser asks
+    assert asked.value.type == "beforeunload"
+    asked.value.dismiss()  # stay
+    project.refresh_from_db()
+    assert project.guidelines == "Pick the root cause."
