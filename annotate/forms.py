@@ -138,7 +138,9 @@ class ProjectForm(forms.ModelForm):
         """
         mine = _settings_of(self.instance)  # the form's values: validation put them on the instance
         with transaction.atomic():
-            project = Project.objects.select_for_update().get(pk=self.instance.pk)
+            # NO KEY UPDATE, the lock the UPDATE below takes anyway: FOR UPDATE would also wait for (and hold up) every
+            # answer and claim being written, whose foreign key holds the project's row (KEY SHARE).
+            project = Project.objects.select_for_update(no_key=True).get(pk=self.instance.pk)
             theirs = _settings_of(project)
             ours, stored = _digests(mine), _digests(theirs)
             shown = {**stored, **self._shown()}  # a setting the form has no record of: overwritten, as it used to be

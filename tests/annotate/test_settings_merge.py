@@ -3,10 +3,14 @@ differently is refused, not silently overwritten."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from django.db import connection
 from django.urls import reverse
 
 from annotate.models import Membership, ModelVersion, Project, Role
+from tests.annotate.races import Other
 
 
 @pytest.fixture
@@ -111,6 +115,41 @@ def test_a_form_without_a_readable_record_of_what_it_showed_saves_as_before(clie
     shown = _form_as_shown(client, project)
 
     response = _save(client, project, {**shown, "loaded": loaded, "guidelines": "New rules."})
+
+    assert response.status_code == 200
+    project.refresh_from_db()
+    assert project.guidelines == "New rules."
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="needs PostgreSQL's row locks")
+def test_saving_settings_does_not_wait_for_rows_being_written_into_the_project(client, project,
+                                                                               project_admin) -> None:
+    """Every answer, claim or item being written holds its project's row (its foreign key: KEY SHARE) until it
+    commits. Saving the settings locks the row as its UPDATE would (NO KEY UPDATE), which goes ahead beside
+    them: FOR UPDATE waited for each, and with twenty reviewers submitting back to back, for as long as they
+    kept at it."""
+    client.force_login(project_admin)
+    shown = _form_as_shown(client, project)
+    commit = threading.Event()
+
+    def hold_key_share():
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT 1 FROM {Project._meta.db_table} WHERE id = %s FOR KEY SHARE", [project.pk])
+
+    writer = Other(hold_key_share, hold=commit)
+    writer.start()
+    assert writer.ready.wait(timeout=30) and writer.error is None
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '5s'")
+        response = _save(client, project, {**shown, "guidelines": "New rules."})
+    finally:
+        commit.set()
+        writer.join(timeout=30)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
 
     assert response.status_code == 200
     project.refresh_from_db()
