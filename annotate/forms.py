@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.forms.models import model_to_dict
 from django.template.defaultfilters import pluralize, truncatechars
 from django.utils import timezone
 
@@ -181,7 +182,7 @@ class ProjectForm(forms.ModelForm):
 
 
 def _settings_of(project: Project) -> dict[str, Any]:
-    return {name: getattr(project, name) for name in ProjectForm.SETTINGS}
+    return model_to_dict(project, fields=ProjectForm.SETTINGS)
 
 
 def _digests(settings: dict[str, Any]) -> dict[str, str]:

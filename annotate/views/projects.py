@@ -16,6 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
+from django.utils.text import get_text_list
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -61,16 +62,12 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
             project, kept = saved
             said = ["Project settings saved."]
             if kept:
-                said.append(f"Kept what another admin saved meanwhile: {_listed(kept)}.")
+                said.append(f"Kept what another admin saved meanwhile: {get_text_list(kept, 'and')}.")
             messages.success(request, " ".join([*said, *_overlap_applied(project)]))
             return redirect("project_settings", slug=project.slug)
         return render(request, "annotate/project_form.html", _settings_context(request, project, form=form),
                       status=409)
     return render(request, "annotate/project_form.html", _settings_context(request, project, form=form))
-
-
-def _listed(words: list[str]) -> str:
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _overlap_applied(project: Project) -> list[str]:
