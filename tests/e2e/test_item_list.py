@@ -80,6 +80,11 @@ def test_filters_errors_empty_state_and_pages(page, artifacts, team) -> None:
     page.get_by_role("link", name="Items", exact=True).click()
     page.wait_for_url(base)
     assert len(row_ids(page)) == PAGE
+    # The list is wider than other pages; the site's header and footer widen with it, lined up with the table.
+    text_left = "el => el.getBoundingClientRect().left + parseFloat(getComputedStyle(el).paddingLeft)"
+    parts = {"name": ".site-header .brand strong", "title": "main h1", "footer": "#time-zone"}
+    left = {part: page.locator(selector).first.evaluate(text_left) for part, selector in parts.items()}
+    assert left["name"] == left["title"] == left["footer"], left
 
     # Search, then narrow by status: the table updates in place and the address follows.
     page.get_by_label("Search inputs").fill("printer")
