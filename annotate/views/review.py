@@ -25,7 +25,7 @@ from django.views.decorators.vary import vary_on_headers
 from annotate import imports, queue, unsent
 from annotate.forms import SkipForm, TypedForm, parse_target
 from annotate.models import FINAL_KINDS, FINISHED_STATUSES, Answer, Claim, Item, ItemStatus, Prediction, Project
-from annotate.views import access, display
+from annotate.views import access, display, targets
 
 # An answer posted while its project was being deleted: the deletion locked the item first, so the answer
 # waited for it and then found the item gone.
@@ -308,7 +308,7 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         "notice": notice,
         "oob": bool(request.htmx),
         # Admins see everyone's work on the item (reviewers see only their own), and fix a refused item's inputs.
-        "all_answers": _all_answers(item) if is_admin else None,
+        "all_answers": _all_answers(project, item) if is_admin else None,
         # The viewer's own answer's earlier states; read only when it changed since it was first given.
         "own_history": (display.answer_history(answer.revisions.all())
                         if answer is not None and answer.updated_at != answer.created_at else []),
@@ -332,9 +332,12 @@ def _fix_text(item: Item, typed: str | None) -> str | None:
     return typed if typed is not None else json.dumps(item.inputs, indent=2, ensure_ascii=False)
 
 
-def _all_answers(item: Item) -> list[dict]:
+def _all_answers(project: Project, item: Item) -> list[dict]:
+    """Every reviewer's answer, the target read as the adjudication page reads it (the candidate's text, not
+    only its id), so an admin sees on the item itself what the reviewers disagree about."""
     return [
-        {"reviewer": a.reviewer.get_username(), "kind": a.get_kind_display(), "target": display.compact(a.target),
+        {"reviewer": a.reviewer.get_username(), "kind": a.get_kind_display(),
+         "target": None if a.target is None else targets.describe(project.mode, item.inputs, a.target),
          "skip_reason": a.skip_reason, "updated_at": a.updated_at, "source": a.source,
          "history": display.answer_history(a.revisions.all())}
         for a in item.answers.select_related("reviewer").prefetch_related("revisions").order_by("updated_at", "id")

@@ -402,8 +402,21 @@ def test_admin_sees_every_reviewers_answer_and_reviewer_only_their_own(client, p
     reviewer_page = client.get(url).content.decode()
 
     assert "visible to project admins" in admin_page and "<td>rita</td>" in admin_page
-    assert "<code>dns</code>" in admin_page
+    # The choice as the candidate reads, its id beside it: what the reviewers disagree about, without a lookup.
+    assert '<strong>A DNS record expired.</strong> <span class="muted small">(dns)</span>' in admin_page
     assert "rita" not in reviewer_page and 'id="target-form"' not in reviewer_page
+
+
+@pytest.mark.django_db
+def test_admin_sees_a_skip_by_its_reason(client, project, reviewer, project_admin, ready_items) -> None:
+    (item,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    queue.skip(item, reviewer, "The log is cut off")
+    client.force_login(project_admin)
+
+    page = client.get(reverse("item_detail", args=[project.slug, item.pk])).content.decode()
+
+    assert '<td>Skipped</td><td class="answer-target">The log is cut off</td>' in page
 
 
 @pytest.mark.django_db
