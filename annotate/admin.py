@@ -14,8 +14,10 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpResponseRedirect
 from django.urls import reverse
+from django.utils.html import format_html
 
 from annotate import accounts, deletion, imports, queue, versions
+from annotate.forms import SettingsMerge
 from annotate.models import (
     Adjudication,
     AdjudicationRevision,
@@ -141,6 +143,41 @@ class MembershipForm(forms.ModelForm):
                     self.fields[name].disabled = True
 
 
+class ProjectAdminForm(SettingsMerge, forms.ModelForm):
+    """Django admin's project form, merged as the site's settings page merges (`SettingsMerge`): it wrote every
+    field as the page showed it, so saving put back another admin's older guidelines or overlap."""
+
+    loaded = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.show_settings(self.instance)
+
+    def clean_guidelines(self) -> str:
+        # As on the settings page: browsers send CR LF, and untouched guidelines are no change.
+        return self.cleaned_data["guidelines"].replace("\r\n", "\n")
+
+    def clean(self) -> dict:
+        """Against the project as it is now, locked until the admin's save commits (Django's admin posts a change in
+        one transaction): the settings this admin changed (`changed_settings`, all the save writes), and those
+        another admin saved meanwhile kept in the data."""
+        data = super().clean()
+        self.changed_settings = self.kept_settings = None
+        if self.instance.pk is None or any(name not in data for name in self.SETTINGS):
+            return data
+        rows = Project.objects
+        if transaction.get_connection().in_atomic_block:
+            rows = rows.select_for_update(no_key=True)  # the lock the save's UPDATE takes anyway; see forms.py
+        stored = rows.get(pk=self.instance.pk)
+        merged = self.merge(stored, {name: data[name] for name in self.SETTINGS})
+        if merged is not None:
+            self.changed_settings, self.kept_settings = merged
+            for name in self.kept_settings:
+                data[name] = getattr(stored, name)
+        return data
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
     form = MembershipForm
@@ -159,6 +196,7 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
     prepopulated_fields = {"slug": ["name"]}
     raw_id_fields = ["current_version", "created_by"]
     inlines = [MembershipInline]
+    form = ProjectAdminForm
 
     def get_deleted_objects(self, objs, request):
         """A count per kind of row instead of a line per row; unfinished work shows as what protects it."""
@@ -179,20 +217,40 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         """As on the site's settings page: the tool and mode are fixed once the project exists, since its items'
         inputs, predictions and model versions are all the tool's; so is the slug, which its pages' addresses,
-        its API calls and every answer's provenance (`review:<slug>/...`) name."""
-        return ["slug", "tool", "mode"] if obj is not None else []
+        its API calls and every answer's provenance (`review:<slug>/...`) name. Only the settings are changed
+        here: the current model is switched on the settings page, which retries the items an earlier version
+        refused (a value here, shown before a training job promoted another, would have put the old one back),
+        and the rest is the project's history."""
+        if obj is None:
+            return []
+        return ["slug", "tool", "mode", "model_version", "created_by", "created_at", "predictions_resent_at"]
+
+    def get_exclude(self, request, obj=None):
+        return ["current_version"] if obj is not None else []
+
+    @admin.display(description="Current model version")
+    def model_version(self, obj) -> str:
+        url = reverse("project_settings", args=[obj.slug]) + "#version-title"
+        return format_html('{} (<a href="{}">switch it on the project\'s settings page</a>)',
+                           obj.current_version or "none", url)
 
     def get_prepopulated_fields(self, request, obj=None):
         return self.prepopulated_fields if obj is None else {}
 
     def save_model(self, request, obj, form, change) -> None:
-        """As the site's settings page does: a changed overlap finishes or reopens the items it concerns.
+        """As the site's settings page does: only the settings this admin changed are written (`ProjectAdminForm`),
+        and a changed overlap finishes or reopens the items it concerns.
 
-        Once the admin's transaction has committed: applying it waits for the submits in flight, which must not
-        wait in turn for the locks this transaction holds (its rows, its memberships).
+        The overlap once the admin's transaction has committed: applying it waits for the submits in flight, which
+        must not wait in turn for the locks this transaction holds (its rows, its memberships).
         """
-        super().save_model(request, obj, form, change)
-        if change and "overlap" in form.changed_data:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        obj.save(update_fields=form.changed_settings)  # the rest as stored: another admin's kept
+        if form.kept_settings:
+            self.message_user(request, form.kept_words(form.kept_settings), messages.WARNING)
+        if "overlap" in form.changed_settings:
             transaction.on_commit(functools.partial(queue.apply_overlap, obj))
 
 

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.forms.models import model_to_dict
 from django.template.defaultfilters import pluralize, truncatechars
 from django.utils import timezone
+from django.utils.text import get_text_list
 
 from annotate import accounts, export, imports, tooling
 from annotate.middleware import zone_names
@@ -38,7 +39,61 @@ def tool_mode_choices() -> list[tuple[str, str]]:
     ]
 
 
-class ProjectForm(forms.ModelForm):
+class SettingsMerge:
+    """A project's settings form merged with what another admin saved since it was shown (the site's settings page
+    and Django's admin both): the form carries a digest of each setting it showed (`loaded`, a hidden field each
+    form declares), and only the settings this admin changed are written, so two admins changing different
+    settings both keep theirs. A setting both changed, to different values, is a conflict."""
+
+    SETTINGS = ("name", "guidelines", "configuration", "overlap", "lease_seconds")
+    SETTING_WORDS = {"name": "the name", "guidelines": "the guidelines", "configuration": "the tool configuration",
+                     "overlap": "the overlap", "lease_seconds": "the lease"}
+
+    def show_settings(self, project: Project) -> None:
+        """Note what the form shows of `project`'s settings."""
+        self.initial["loaded"] = json.dumps(_digests(_settings_of(project)))
+
+    def merge(self, stored: Project, mine: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+        """The settings this admin changed and those to keep from another admin, against `stored` (the project
+        as it is now, locked by the caller); None when they conflict, with an error beside each such setting
+        saying what it holds now, the form counting as shown from now on: saving again stores this admin's."""
+        theirs = _settings_of(stored)
+        ours, now = _digests(mine), _digests(theirs)
+        shown = {**now, **self._shown()}  # a setting the form has no record of: overwritten, as it used to be
+        changed = [f for f in self.SETTINGS if ours[f] != shown[f]]
+        conflicts = [f for f in changed if now[f] not in (shown[f], ours[f])]
+        if conflicts:
+            self._conflict(conflicts, theirs, now)
+            return None
+        return changed, [f for f in self.SETTINGS if f not in changed and now[f] != shown[f]]
+
+    def kept_words(self, kept: list[str]) -> str:
+        words = get_text_list([self.SETTING_WORDS[f] for f in kept], "and")
+        return f"Kept what another admin saved meanwhile: {words}."
+
+    def _shown(self) -> dict:
+        try:
+            shown = json.loads(self.cleaned_data.get("loaded") or "{}")
+        except ValueError:
+            return {}
+        if not isinstance(shown, dict):
+            return {}
+        return {name: digest for name, digest in shown.items() if name in self.SETTINGS and isinstance(digest, str)}
+
+    def _conflict(self, fields: list[str], theirs: dict, stored: dict) -> None:
+        for name in fields:
+            value = theirs[name]
+            now = json.dumps(value, indent=1) if name == "configuration" else str(value)
+            now = f"“{truncatechars(now, 300)}”" if now else "nothing"
+            self.add_error(name, f"Another admin changed this since you opened the page; it now holds {now}. "
+                                 f"Save again to replace it with yours.")
+        self.add_error(None, "Nothing was saved: another admin saved these settings since you opened the page. "
+                             "Your changes are still in the form.")
+        self.data = self.data.copy()
+        self.data["loaded"] = json.dumps(stored)
+
+
+class ProjectForm(SettingsMerge, forms.ModelForm):
     """Create or configure a project: its tool kind and mode, configuration, guidelines and queue policy."""
 
     kind = forms.ChoiceField(label="Tool and mode", choices=tool_mode_choices)
@@ -53,9 +108,6 @@ class ProjectForm(forms.ModelForm):
     loaded = forms.CharField(required=False, widget=forms.HiddenInput)
 
     field_order = ["name", "slug", "kind", "configuration", "guidelines", "overlap", "lease_seconds"]
-    SETTINGS = ("name", "guidelines", "configuration", "overlap", "lease_seconds")
-    SETTING_WORDS = {"name": "the name", "guidelines": "the guidelines", "configuration": "the tool configuration",
-                     "overlap": "the overlap", "lease_seconds": "the lease"}
 
     class Meta:
         model = Project
@@ -74,7 +126,7 @@ class ProjectForm(forms.ModelForm):
             kind.initial = f"{self.instance.tool}/{self.instance.mode}"
             self.fields["slug"].disabled = True
             self.initial["configuration"] = json.dumps(self.instance.configuration or {}, indent=1)
-            self.initial["loaded"] = json.dumps(_digests(_settings_of(self.instance)))
+            self.show_settings(self.instance)
         kind.widget.attrs["aria-describedby"] = "kind-help"
 
     def clean_guidelines(self) -> str:
@@ -128,57 +180,25 @@ class ProjectForm(forms.ModelForm):
             project.save()
         return project
 
-    def save_settings(self) -> tuple[Project, list[str]] | None:
+    def save_settings(self) -> tuple[Project, str] | None:
         """Store a valid form's settings of an existing project, merged with what another admin saved since this
-        form was shown: only the settings this admin changed are written, so two admins changing different
-        settings both keep theirs. Returns the project and the labels of the settings kept from another admin.
-
-        A setting both changed, to different values, is a conflict: nothing is stored, the form keeps this
-        admin's values, an error beside each such setting says what it holds now, and the form counts as shown
-        from now on, so saving it again stores this admin's values. Returns None then.
-        """
+        form was shown (`SettingsMerge`). Returns the project and what was kept from another admin, in words (or
+        an empty string); None on a conflict, with nothing stored."""
         mine = _settings_of(self.instance)  # the form's values: validation put them on the instance
         with transaction.atomic():
             # NO KEY UPDATE, the lock the UPDATE below takes anyway: FOR UPDATE would also wait for (and hold up) every
             # answer and claim being written, whose foreign key holds the project's row (KEY SHARE).
             project = Project.objects.select_for_update(no_key=True).get(pk=self.instance.pk)
-            theirs = _settings_of(project)
-            ours, stored = _digests(mine), _digests(theirs)
-            shown = {**stored, **self._shown()}  # a setting the form has no record of: overwritten, as it used to be
-            changed = [f for f in self.SETTINGS if ours[f] != shown[f]]
-            conflicts = [f for f in changed if stored[f] not in (shown[f], ours[f])]
-            if conflicts:
-                self._conflict(conflicts, theirs, stored)
+            merged = self.merge(project, mine)
+            if merged is None:
                 return None
-            kept = [f for f in self.SETTINGS if f not in changed and stored[f] != shown[f]]
+            changed, kept = merged
             # Each setting is checked alone (the overlap against the answers stored, the configuration against
             # the tool), so another admin's, checked when saved, and this admin's go together.
-            for name in self.SETTINGS:
-                if name not in kept:
-                    setattr(project, name, mine[name])
+            for name in changed:
+                setattr(project, name, mine[name])
             project.save(update_fields=list(self.SETTINGS))
-        return project, [self.SETTING_WORDS[f] for f in kept]
-
-    def _shown(self) -> dict:
-        try:
-            shown = json.loads(self.cleaned_data.get("loaded") or "{}")
-        except ValueError:
-            return {}
-        if not isinstance(shown, dict):
-            return {}
-        return {name: digest for name, digest in shown.items() if name in self.SETTINGS and isinstance(digest, str)}
-
-    def _conflict(self, fields: list[str], theirs: dict, stored: dict) -> None:
-        for name in fields:
-            value = theirs[name]
-            now = json.dumps(value, indent=1) if name == "configuration" else str(value)
-            now = f"“{truncatechars(now, 300)}”" if now else "nothing"
-            self.add_error(name, f"Another admin changed this since you opened the page; it now holds {now}. "
-                                 f"Save again to replace it with yours.")
-        self.add_error(None, "Nothing was saved: another admin saved these settings since you opened the page. "
-                             "Your changes are still in the form.")
-        self.data = self.data.copy()
-        self.data["loaded"] = json.dumps(stored)
+        return project, self.kept_words(kept) if kept else ""
 
 
 def _settings_of(project: Project) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
-from django.utils.text import get_text_list
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -60,9 +59,7 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
         saved = form.save_settings()
         if saved is not None:
             project, kept = saved
-            said = ["Project settings saved."]
-            if kept:
-                said.append(f"Kept what another admin saved meanwhile: {get_text_list(kept, 'and')}.")
+            said = ["Project settings saved.", kept] if kept else ["Project settings saved."]
             messages.success(request, " ".join([*said, *_overlap_applied(project)]))
             return redirect("project_settings", slug=project.slug)
         return render(request, "annotate/project_form.html", _settings_context(request, project, form=form),

@@ -138,11 +138,7 @@ def project_admin_form(request, project: Project, **changes):
     form_class = site._registry[Project].get_form(request, project, change=True)
     unbound = form_class(instance=project)
     data = {name: unbound[name].value() for name in unbound.fields}  # as the page shows them
-    created = timezone.localtime(data.pop("created_at"))  # the admin's split date and time widget
-    form = form_class({**{k: v for k, v in data.items() if v is not None}, **changes,
-                       "created_at_0": created.date().isoformat(), "created_at_1": created.time().isoformat()},
-                      instance=project)
-    return form
+    return form_class({**{k: v for k, v in data.items() if v is not None}, **changes}, instance=project)
 
 
 # -- accounts (test_accounts.py, test_account_email.py) -------------------------------------------------------------

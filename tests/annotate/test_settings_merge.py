@@ -4,10 +4,12 @@ differently is refused, not silently overwritten."""
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 
 import pytest
 from django.db import connection
 from django.urls import reverse
+from django.utils import timezone
 
 from annotate.models import Membership, ModelVersion, Project, Role
 from tests.annotate.races import Other
@@ -154,3 +156,105 @@ def test_saving_settings_does_not_wait_for_rows_being_written_into_the_project(c
     assert response.status_code == 200
     project.refresh_from_db()
     assert project.guidelines == "New rules."
+
+
+# -- Django's admin merges the same way ----------------------------------------------------------------------------
+
+def _admin_form_as_shown(admin_client, project: Project) -> dict:
+    """Django admin's change form of the project as the page showed it: its fields and the members' inline."""
+    context = admin_client.get(reverse("admin:annotate_project_change", args=[project.pk])).context
+    form = context["adminform"].form
+    data = {name: form[name].value() for name in form.fields}
+    for inline in context["inline_admin_formsets"]:
+        formset = inline.formset
+        management = formset.management_form
+        data.update({management.add_prefix(name): management[name].value() for name in management.fields})
+        for each in formset.forms:
+            data.update({each.add_prefix(name): each[name].value() for name in each.fields})
+    shown = {}
+    for name, value in data.items():
+        if isinstance(value, datetime):  # the admin's split date and time widget
+            value = timezone.localtime(value)
+            shown.update({f"{name}_0": value.date().isoformat(), f"{name}_1": value.time().isoformat()})
+        elif value is not None:
+            shown[name] = value
+    return shown
+
+
+def _admin_save(admin_client, project: Project, data: dict):
+    return admin_client.post(reverse("admin:annotate_project_change", args=[project.pk]), data, follow=True)
+
+
+@pytest.mark.django_db
+def test_the_django_admin_keeps_what_an_admin_saved_on_the_site_meanwhile(client, admin_client, project,
+                                                                          project_admin) -> None:
+    """Django's admin wrote every field as its page showed them: a save there put back older guidelines or
+    overlap that an admin had changed on the site since."""
+    shown = _admin_form_as_shown(admin_client, project)
+    client.force_login(project_admin)
+    _save(client, project, {**_form_as_shown(client, project), "overlap": 2})
+
+    page = _admin_save(admin_client, project, {**shown, "guidelines": "Pick the root cause."}).content.decode()
+
+    project.refresh_from_db()
+    assert (project.guidelines, project.overlap) == ("Pick the root cause.", 2)
+    assert "Kept what another admin saved meanwhile: the overlap." in page
+
+
+@pytest.mark.django_db
+def test_the_django_admin_refuses_a_setting_changed_differently_meanwhile(client, admin_client, project,
+                                                                          project_admin) -> None:
+    shown = _admin_form_as_shown(admin_client, project)
+    client.force_login(project_admin)
+    _save(client, project, {**_form_as_shown(client, project), "guidelines": "Ada's rules."})
+
+    response = _admin_save(admin_client, project, {**shown, "guidelines": "Root's rules.", "lease_seconds": 300})
+
+    page = response.content.decode()
+    assert "Nothing was saved: another admin saved these settings since you opened the page." in page
+    assert "it now holds “Ada&#x27;s rules.”" in page and "Root&#x27;s rules.</textarea>" in page
+    project.refresh_from_db()
+    assert (project.guidelines, project.lease_seconds) == ("Ada's rules.", 600)
+
+    again = {**shown, **{name: value for name, value in _fields(response).items() if name in shown}}
+    _admin_save(admin_client, project, again)  # saved again, as the error says, it stores the admin's own
+    project.refresh_from_db()
+    assert (project.guidelines, project.lease_seconds) == ("Root's rules.", 300)
+
+
+def _fields(response) -> dict:
+    form = response.context["adminform"].form
+    return {name: form[name].value() for name in form.fields}
+
+
+@pytest.mark.django_db
+def test_the_django_admin_leaves_the_model_version_to_the_settings_page(admin_client, project) -> None:
+    """A version promoted while Django's change page was open stays promoted; switching one there skipped the
+    retry of the items an earlier version refused, so it is switched on the site only."""
+    shown = _admin_form_as_shown(admin_client, project)
+    page = admin_client.get(reverse("admin:annotate_project_change", args=[project.pk])).content.decode()
+    assert 'name="current_version"' not in page
+    assert f'href="{reverse("project_settings", args=[project.slug])}#version-title"' in page
+    promoted = ModelVersion.objects.allocate(project, label="fine-tuned", trained=False)
+    Project.objects.filter(pk=project.pk).update(current_version=promoted)
+
+    _admin_save(admin_client, project, {**shown, "current_version": project.current_version_id, "name": "Renamed"})
+
+    project.refresh_from_db()
+    assert (project.current_version, project.name) == (promoted, "Renamed")
+
+
+@pytest.mark.django_db
+def test_the_django_admin_stores_guidelines_with_the_line_ends_the_site_uses(client, admin_client, project,
+                                                                             project_admin) -> None:
+    """Browsers send a textarea's lines with CR LF: untouched guidelines are no change, so they conflict with
+    nothing another admin saved."""
+    Project.objects.filter(pk=project.pk).update(guidelines="Line one.\nLine two.")
+    shown = _admin_form_as_shown(admin_client, project)
+    client.force_login(project_admin)
+    _save(client, project, {**_form_as_shown(client, project), "overlap": 2})
+
+    _admin_save(admin_client, project, {**shown, "guidelines": "Line one.\r\nLine two.", "lease_seconds": 300})
+
+    project.refresh_from_db()
+    assert (project.guidelines, project.overlap, project.lease_seconds) == ("Line one.\nLine two.", 2, 300)
