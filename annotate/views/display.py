@@ -12,7 +12,7 @@ import html
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.utils.safestring import SafeString, mark_safe
@@ -429,16 +429,16 @@ def compact(value: Any) -> str:
     return "" if value is None else _preview(value)
 
 
-def answer_history(revisions: Iterable) -> list[dict]:
+def answer_history(revisions: Iterable, line: Callable[[Any], str] = compact) -> list[dict]:
     """An answer's states, oldest first: how a reviewer got to it, for the project's admins and the reviewer
     (`AnswerRevision`: every submit, skip, kept draft and undo adds one). Empty when the answer never changed:
-    its one state is on the page already."""
+    its one state is on the page already. `line` writes a target on one line (`targets.line` names a choice)."""
     revisions = list(revisions)
     if len(revisions) < 2:
         return []
     return [
-        {"at": r.created_at, "kind": r.get_kind_display(), "what": compact(r.target) or r.skip_reason,
-         "note": r.note}
+        {"at": r.created_at, "kind": r.get_kind_display(),
+         "what": (line(r.target) if r.target is not None else "") or r.skip_reason, "note": r.note}
         for r in revisions
     ]
 

@@ -8,6 +8,7 @@ nothing the reviewer typed is lost.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -310,7 +311,7 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         # Admins see everyone's work on the item (reviewers see only their own), and fix a refused item's inputs.
         "all_answers": _all_answers(project, item) if is_admin else None,
         # The viewer's own answer's earlier states; read only when it changed since it was first given.
-        "own_history": (display.answer_history(answer.revisions.all())
+        "own_history": (display.answer_history(answer.revisions.all(), _target_line(project, item))
                         if answer is not None and answer.updated_at != answer.created_at else []),
         "fix_text": _fix_text(item, fix_text) if is_admin else None,
         "draft_settled": unsent.settled_age(answer.updated_at if answer is not None else None, now),
@@ -339,9 +340,13 @@ def _all_answers(project: Project, item: Item) -> list[dict]:
         {"reviewer": a.reviewer.get_username(), "kind": a.get_kind_display(),
          "target": None if a.target is None else targets.describe(project.mode, item.inputs, a.target),
          "skip_reason": a.skip_reason, "updated_at": a.updated_at, "source": a.source,
-         "history": display.answer_history(a.revisions.all())}
+         "history": display.answer_history(a.revisions.all(), _target_line(project, item))}
         for a in item.answers.select_related("reviewer").prefetch_related("revisions").order_by("updated_at", "id")
     ]
+
+
+def _target_line(project: Project, item: Item):
+    return functools.partial(targets.line, project.mode, item.inputs)
 
 
 def _previous_url(project: Project, user, item: Item | None) -> str | None:

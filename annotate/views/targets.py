@@ -54,6 +54,14 @@ def describe(mode: str, inputs: Any, target: Any) -> dict:
     return {"form": "raw", "text": display.compact(target)}
 
 
+def line(mode: str, inputs: Any, target: Any) -> str:
+    """A target on one line (an answer's history): a chosen candidate by its text and id, else compact JSON."""
+    described = describe(mode, inputs, target)
+    if described["form"] == "choice" and described["text"] != described["id"]:
+        return f"{described['text']} ({described['id']})"
+    return display.compact(target)
+
+
 def kappa_words(kappa: float | None) -> str:
     """Kappa in words (Landis and Koch), or an empty string when there is none."""
     if kappa is None:

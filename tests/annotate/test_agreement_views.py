@@ -141,7 +141,7 @@ def test_adjudication_cards_show_how_a_reviewer_changed_their_target(client, pro
 
     history = page.split('aria-label="rita\'s target"')[1].split("</article>")[0]
     assert "Changed 1 time</summary>" in history
-    assert history.index("<code>db</code>") < history.index("<code>dns</code>")
+    assert history.index("The database was unreachable. (db)") < history.index("A DNS record expired. (dns)")
     assert "(now)" in history
     assert page.count('class="answer-history') == 1  # sam's card has none
 

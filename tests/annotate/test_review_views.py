@@ -434,7 +434,8 @@ def test_admin_sees_each_answers_earlier_states_and_why_they_changed(client, pro
 
     history = page.split('class="answer-history')[1].split("</details>")[0]
     assert "Changed 2 times</summary>" in history
-    states = [history.index(s) for s in ("<code>dns</code>", "<code>not sure</code>", "<code>db</code>")]
+    states = [history.index(s) for s in ("Target · A DNS record expired. (dns)", "Skipped · not sure",
+                                         "Target · The database was unreachable. (db)")]
     assert states == sorted(states)
     assert "Skipped" in history and "edited" in history and "(now)" in history
     client.force_login(reviewer)  # rita sees her own answer's states under "Your answer"

@@ -217,8 +217,8 @@ def test_the_admin_sees_how_a_reviewer_changed_their_answer(team, open_page, art
     history.get_by_text("Changed 1 time").click()
     states = history.locator("li")
     expect(states).to_have_count(2)
-    expect(states.nth(0)).to_contain_text("Target · db")
-    expect(states.nth(1)).to_contain_text("Target · dns · edited (now)")
+    expect(states.nth(0)).to_contain_text("Target · The database was unreachable. (db)")
+    expect(states.nth(1)).to_contain_text("Target · A DNS record expired. (dns) · edited (now)")
     admin.screenshot(path=str(artifacts / "answer-history.png"), full_page=True)
 
 
