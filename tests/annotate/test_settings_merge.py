@@ -258,3 +258,18 @@ def test_the_django_admin_stores_guidelines_with_the_line_ends_the_site_uses(cli
 
     project.refresh_from_db()
     assert (project.guidelines, project.overlap, project.lease_seconds) == ("Line one.\nLine two.", 2, 300)
+
+
+@pytest.mark.django_db
+def test_the_django_admin_still_adds_a_project(admin_client) -> None:
+    """The merge concerns a project that exists: a new one is added with every field the page sends."""
+    response = admin_client.post(reverse("admin:annotate_project_add"), {
+        "name": "Tickets", "slug": "tickets", "tool": "decision", "mode": "rank", "guidelines": "Line one.\r\nTwo.",
+        "configuration": '{"dim": 8}', "overlap": 2, "lease_seconds": 300, "created_at_0": "2026-12-05",
+        "created_at_1": "12:00:00", "memberships-TOTAL_FORMS": 0, "memberships-INITIAL_FORMS": 0,
+    }, follow=True)
+
+    assert response.status_code == 200
+    project = Project.objects.get(slug="tickets")
+    assert (project.tool, project.overlap, project.configuration, project.guidelines) == (
+        "decision", 2, {"dim": 8}, "Line one.\nTwo.")
