@@ -226,7 +226,8 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
         return ["slug", "tool", "mode", "model_version", "created_by", "created_at", "predictions_resent_at"]
 
     def get_exclude(self, request, obj=None):
-        return ["current_version"] if obj is not None else []
+        # A new project gets a fresh model of its own (`save_model`): offered a version, it could take another's.
+        return ["current_version"] if obj is not None else ["current_version", "predictions_resent_at"]
 
     @admin.display(description="Current model version")
     def model_version(self, obj) -> str:
@@ -244,8 +245,11 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
         The overlap once the admin's transaction has committed: applying it waits for the submits in flight, which
         must not wait in turn for the locks this transaction holds (its rows, its memberships).
         """
-        if not change:
+        if not change:  # as the site's New project does: a fresh, untrained model predicts until one is trained
+            obj.created_by = obj.created_by or request.user
             super().save_model(request, obj, form, change)
+            obj.current_version = ModelVersion.objects.allocate(obj, label="untrained", trained=False)
+            obj.save(update_fields=["current_version"])
             return
         obj.save(update_fields=form.changed_settings)  # the rest as stored: another admin's kept
         if form.kept_settings:

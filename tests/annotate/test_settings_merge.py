@@ -261,8 +261,10 @@ def test_the_django_admin_stores_guidelines_with_the_line_ends_the_site_uses(cli
 
 
 @pytest.mark.django_db
-def test_the_django_admin_still_adds_a_project(admin_client) -> None:
-    """The merge concerns a project that exists: a new one is added with every field the page sends."""
+def test_the_django_admin_adds_a_project_with_a_model_of_its_own(admin_client) -> None:
+    """The merge concerns a project that exists: a new one is added with every field the page sends. It got no
+    model version (items waited for a prediction for ever), or one chosen by id: another project's."""
+    assert 'name="current_version"' not in admin_client.get(reverse("admin:annotate_project_add")).content.decode()
     response = admin_client.post(reverse("admin:annotate_project_add"), {
         "name": "Tickets", "slug": "tickets", "tool": "decision", "mode": "rank", "guidelines": "Line one.\r\nTwo.",
         "configuration": '{"dim": 8}', "overlap": 2, "lease_seconds": 300, "created_at_0": "2026-12-05",
@@ -273,3 +275,6 @@ def test_the_django_admin_still_adds_a_project(admin_client) -> None:
     project = Project.objects.get(slug="tickets")
     assert (project.tool, project.overlap, project.configuration, project.guidelines) == (
         "decision", 2, {"dim": 8}, "Line one.\nTwo.")
+    # As from the site's New project: its own fresh model predicts its items, and it says who made it.
+    assert (project.current_version.project, project.current_version.trained) == (project, False)
+    assert project.created_by.get_username() == "admin"
