@@ -3,8 +3,9 @@
 Figures (README, "Progress"):
 
 - per reviewer: **done** (submitted targets), **skipped**, **drafts**, **last hour** (final answers whose last
-  change falls in the past 60 minutes) and **rate per hour**: final answers divided by the reviewer's *active
-  hours*, the clock hours (of the viewer's time zone) in which they finished at least one answer. A reviewer
+  change falls in the past 60 minutes), **holding** (items whose lease they hold now: opened, not yet answered)
+  and **rate per hour**: final answers divided by the reviewer's *active hours*, the clock hours (of the
+  viewer's time zone) in which they finished at least one answer. A reviewer
   who labels 40 items between 9:00 and 9:59 and 20 more between 14:00 and 14:59 has a rate of 30 per hour,
   however long the lunch.
   An answer counts at the time of its last change (an edit moves it).
@@ -12,8 +13,8 @@ Figures (README, "Progress"):
   days, and per hour for the last 24 hours, in the viewer's time zone.
 
 Every query groups in the database (items by status; answers by reviewer, kind and clock hour; the last hour's
-answers by reviewer), so Python sees reviewers x hours rows, never items. Chart geometry (`bars`, `sparkline`)
-is plain numbers for SVG.
+answers by reviewer; the leases held, by reviewer), so Python sees reviewers x hours rows, never items. Chart
+geometry (`bars`, `sparkline`) is plain numbers for SVG.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from django.db.models import Count, Max
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from annotate.models import FINAL_KINDS, FINISHED_STATUSES, Answer, AnswerKind, ItemStatus, Project
+from annotate.models import FINAL_KINDS, FINISHED_STATUSES, Answer, AnswerKind, Claim, ItemStatus, Project
 
 DAYS = 14
 HOURS = 24
@@ -41,6 +42,7 @@ class ReviewerProgress:
     skipped: int = 0
     drafts: int = 0
     last_hour: int = 0
+    holding: int = 0
     active_hours: int = 0
     last_change: datetime | None = None
     daily: list[int] = field(default_factory=lambda: [0] * DAYS)
@@ -155,6 +157,10 @@ def project_progress(project: Project, *, now: datetime | None = None, zone: tzi
     recent = answers.filter(kind__in=FINAL_KINDS, updated_at__gt=now - timedelta(hours=1), updated_at__lte=now)
     for reviewer_id, n in recent.values_list("reviewer_id").annotate(n=Count("id")):
         by_id[reviewer_id].last_hour = n
+    # Who is at work now: a reviewer on their first item holds it before any answer of theirs counts.
+    held = Claim.objects.filter(item__project=project, expires_at__gt=now).order_by()
+    for reviewer_id, n in held.values_list("reviewer_id").annotate(n=Count("id")):
+        by_id.setdefault(reviewer_id, ReviewerProgress(name="")).holding = n
     names = dict(get_user_model().objects.filter(pk__in=list(by_id)).values_list("pk", "username"))
     for reviewer_id, r in by_id.items():
         r.name, r.active_hours = names[reviewer_id], len(r._hours)

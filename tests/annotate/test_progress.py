@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.utils.timezone import override as override_timezone
 
-from annotate.models import Answer, AnswerKind, Item, ItemStatus
+from annotate.models import Answer, AnswerKind, Claim, Item, ItemStatus
 from annotate.progress import DAYS, HOURS, bars, columns, name_order, project_progress, sparkline
 from tests.annotate.conftest import make_ready_items
 
@@ -44,6 +44,39 @@ def test_reviewer_figures(project, reviewer, second_reviewer) -> None:
     assert figures.daily[-1] == 4 and figures.daily[-3] == 1 and len(figures.daily) == DAYS
     assert figures.hourly[-1] == 1 and figures.hourly[HOURS - 1 - 6] == 3  # 15:xx and 9:xx
     assert figures.active_reviewers == 2 and figures.members == 3
+
+
+def test_holding_counts_the_leases_a_reviewer_holds_now(project, reviewer, second_reviewer) -> None:
+    """Who is at work: sam, on his first item, is listed before any answer of his; an ended lease is not held."""
+    items = make_ready_items(project, [0.1] * 4)
+    answer(items[0], reviewer, AnswerKind.TARGET, NOW - timedelta(minutes=5))
+    Claim.objects.create(item=items[1], reviewer=reviewer, expires_at=NOW + timedelta(minutes=9))
+    Claim.objects.create(item=items[2], reviewer=reviewer, expires_at=NOW - timedelta(seconds=1))
+    Claim.objects.create(item=items[3], reviewer=second_reviewer, expires_at=NOW + timedelta(minutes=3))
+
+    rita, sam = project_progress(project, now=NOW).reviewers
+
+    assert (rita.name, rita.done, rita.holding) == ("rita", 1, 1)
+    assert (sam.name, sam.finished, sam.holding) == ("sam", 0, 1)
+
+
+def test_the_progress_page_shows_who_holds_items_now(client, project, project_admin, reviewer) -> None:
+    from django.core.cache import cache
+    from django.urls import reverse
+
+    from annotate import queue
+
+    cache.clear()  # the figures are shared for 30 s under the project's id, which tests reuse
+    make_ready_items(project, [0.1, 0.2])
+    queue.claim_next(project, reviewer)  # rita opens her first item
+    client.force_login(project_admin)
+
+    page = client.get(reverse("project_progress", args=[project.slug])).content.decode()
+
+    assert ">Holding</abbr></th>" in page
+    row = page.split(">rita</a></th>")[1].split("</tr>")[0]
+    assert row.count('<td class="num">') == 6 and '<td class="num">1</td>' in row  # done 0 ... holding 1
+    cache.clear()
 
 
 def test_reviewers_are_listed_by_name_with_numbers_by_value(project, django_user_model) -> None:
