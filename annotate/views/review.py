@@ -310,6 +310,7 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         "oob": bool(request.htmx),
         # Admins see everyone's work on the item (reviewers see only their own), and fix a refused item's inputs.
         "all_answers": _all_answers(project, item) if is_admin else None,
+        "holders": _holders(item, now) if is_admin else None,
         # The viewer's own answer's earlier states; read only when it changed since it was first given.
         "own_history": (display.answer_history(answer.revisions.all(), _target_line(project, item))
                         if answer is not None and answer.updated_at != answer.created_at else []),
@@ -343,6 +344,12 @@ def _all_answers(project: Project, item: Item) -> list[dict]:
          "history": display.answer_history(a.revisions.all(), _target_line(project, item))}
         for a in item.answers.select_related("reviewer").prefetch_related("revisions").order_by("updated_at", "id")
     ]
+
+
+def _holders(item: Item, now) -> list[dict]:
+    """Who holds the item now (leases not ended): with overlap above 1, whose answers are still to come."""
+    return [{"reviewer": c.reviewer.get_username(), "until": c.expires_at}
+            for c in item.claims.filter(expires_at__gt=now).select_related("reviewer").order_by("expires_at")]
 
 
 def _target_line(project: Project, item: Item):

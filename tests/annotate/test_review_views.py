@@ -408,6 +408,29 @@ def test_admin_sees_every_reviewers_answer_and_reviewer_only_their_own(client, p
 
 
 @pytest.mark.django_db
+def test_admin_sees_who_holds_an_item_now(client, project, reviewer, second_reviewer, project_admin,
+                                          ready_items) -> None:
+    """At overlap 2 an item with one answer may be someone's now: the Answers panel says whose, until when."""
+    project.overlap = 2
+    project.save(update_fields=["overlap"])
+    (item,) = ready_items(project, [0.1])
+    queue.claim_next(project, reviewer)
+    queue.submit(item, reviewer, "db")
+    queue.claim_next(project, second_reviewer)
+    url = reverse("item_detail", args=[project.slug, item.pk])
+    client.force_login(project_admin)
+
+    page = client.get(url).content.decode()
+
+    until = timezone.localtime(Claim.objects.get(item=item).expires_at).strftime("%H:%M")
+    assert f'Working on it now: sam <span class="muted">(lease until {until})</span></p>' in page
+    Claim.objects.update(expires_at=timezone.now())  # the lease ended: nobody is on it
+    assert "Working on it now" not in client.get(url).content.decode()
+    client.force_login(second_reviewer)
+    assert "Working on it now" not in client.get(url).content.decode()  # admins only, as the Answers panel
+
+
+@pytest.mark.django_db
 def test_admin_sees_a_skip_by_its_reason(client, project, reviewer, project_admin, ready_items) -> None:
     (item,) = ready_items(project, [0.1])
     queue.claim_next(project, reviewer)
