@@ -169,7 +169,10 @@ class ProjectAdminForm(SettingsMerge, forms.ModelForm):
         rows = Project.objects
         if transaction.get_connection().in_atomic_block:
             rows = rows.select_for_update(no_key=True)  # the lock the save's UPDATE takes anyway; see forms.py
-        stored = rows.get(pk=self.instance.pk)
+        stored = rows.filter(pk=self.instance.pk).first()
+        if stored is None:  # deleted since the page read it
+            self.add_error(None, "This project was deleted meanwhile: nothing was saved.")
+            return data
         merged = self.merge(stored, {name: data[name] for name in self.SETTINGS})
         if merged is not None:
             self.changed_settings, self.kept_settings = merged

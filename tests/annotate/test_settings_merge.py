@@ -278,3 +278,18 @@ def test_the_django_admin_adds_a_project_with_a_model_of_its_own(admin_client) -
     # As from the site's New project: its own fresh model predicts its items, and it says who made it.
     assert (project.current_version.project, project.current_version.trained) == (project, False)
     assert project.created_by.get_username() == "admin"
+
+
+@pytest.mark.django_db
+def test_the_django_admin_form_of_a_project_deleted_meanwhile_saves_nothing(rf, project, admin_user) -> None:
+    from annotate import deletion
+    from tests.annotate.conftest import project_admin_form
+
+    request = rf.post("/")
+    request.user = admin_user
+    form = project_admin_form(request, project, name="Renamed")
+    deletion.delete_project(Project.objects.get(pk=project.pk))
+
+    assert not form.is_valid()
+    assert form.non_field_errors() == ["This project was deleted meanwhile: nothing was saved."]
+    assert not Project.objects.exists()
