@@ -24,9 +24,10 @@ from django.db.models import BooleanField, Exists, Expression, F, Func, OuterRef
 from django.db.models.fields.json import KT
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
 from django.db.models.functions import Cast, Coalesce, Left
+from django.utils import timezone
 
 from annotate.deletion import by_pks
-from annotate.models import Answer, Item, ItemStatus, ModelVersion, Project
+from annotate.models import Answer, Claim, Item, ItemStatus, ModelVersion, Project
 
 PAGE_SIZE = 50
 WORDS = "search_words"  # on PostgreSQL, the column of each item's words (migration 0021; not a field of `Item`)
@@ -406,6 +407,18 @@ def mark_own(rows: list[dict], user) -> None:
                  .values_list("item_id", "kind"))
     for row in rows:
         row["own"] = kinds.get(row["id"])
+
+
+def mark_held(rows: list[dict], now=None) -> None:
+    """Set each row's `held_by` to the names of the reviewers holding that item now (leases not ended), for the
+    project's admins: one query by the claims' (item, reviewer) index, for a page's rows."""
+    held: dict[int, list[str]] = {}
+    claims = (Claim.objects.filter(item_id__in=[row["id"] for row in rows], expires_at__gt=now or timezone.now())
+              .order_by("expires_at").values_list("item_id", "reviewer__username"))
+    for item_id, name in claims:
+        held.setdefault(item_id, []).append(name)
+    for row in rows:
+        row["held_by"] = held.get(row["id"], [])
 
 
 def _rows(ids: list[int]) -> list[dict]:

@@ -42,6 +42,7 @@ def item_list(request: HttpRequest, slug: str) -> HttpResponse:
         itemlist.mark_own(results.rows, request.user)
         context.update(page=results, values=filters.values(), filters=filters)
         if results.rows and project.is_admin(request.user):
+            itemlist.mark_held(results.rows)
             query = filters.query_string(sort="")
             context["delete_url"] = reverse("items_delete", args=[project.slug]) + (query if query != "?" else "")
     status = 400 if context["errors"] else 200

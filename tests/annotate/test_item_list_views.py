@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from annotate.models import Answer, AnswerKind, Item, ItemStatus
+from annotate.models import Answer, AnswerKind, Claim, Item, ItemStatus
 from tests.annotate.conftest import make_ready_items
 
 pytestmark = pytest.mark.django_db
@@ -282,3 +284,31 @@ def test_the_list_shows_each_viewer_their_own_answer_to_each_item(client, projec
     client.force_login(second_reviewer)
     assert 'badge-target">answered' in client.get(items_url(project), **HX).content.decode().split(
         f"/items/{untouched.pk}/")[1].split("</tr>")[0]
+
+
+def test_admins_see_who_holds_each_item_now(client, project, reviewer, second_reviewer, project_admin) -> None:
+    project.overlap = 2
+    project.save(update_fields=["overlap"])
+    first, second = make_ready_items(project, [0.1, 0.2])
+    Claim.objects.create(item=first, reviewer=reviewer, expires_at=timezone.now() + timedelta(minutes=5))
+    Claim.objects.create(item=first, reviewer=second_reviewer, expires_at=timezone.now() + timedelta(minutes=9))
+    Claim.objects.create(item=second, reviewer=reviewer, expires_at=timezone.now() - timedelta(seconds=1))
+    client.force_login(project_admin)
+
+    page = client.get(items_url(project), **HX).content.decode()
+
+    def status(item) -> str:
+        return page.split(f"/items/{item.pk}/")[1].split("</tr>")[0]
+
+    assert 'title="Working on it now: rita, sam">held by rita, sam</span>' in status(first)
+    assert "held by" not in status(second)  # its lease ended
+    client.force_login(reviewer)
+    assert "held by" not in client.get(items_url(project), **HX).content.decode()  # for the project's admins
+    client.force_login(project_admin)
+    with CaptureQueriesContext(connection) as few:
+        client.get(items_url(project), **HX)
+    for item in make_ready_items(project, [0.3] * 10):
+        Claim.objects.create(item=item, reviewer=reviewer, expires_at=timezone.now() + timedelta(minutes=5))
+    with CaptureQueriesContext(connection) as many:
+        client.get(items_url(project), **HX)
+    assert len(many) == len(few)  # one query for the page's claims, however many rows hold some
