@@ -186,6 +186,7 @@ class MembershipInline(admin.TabularInline):
     form = MembershipForm
     extra = 0
     autocomplete_fields = ["user"]
+    readonly_fields = ["created_at"]  # when they joined: history, not a setting
 
 
 @admin.register(Project)
@@ -268,6 +269,7 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ["role", "project"]
     search_fields = ["user__username", "project__slug"]
     raw_id_fields = ["project", "user"]
+    readonly_fields = ["created_at"]
 
     def delete_queryset(self, request, queryset) -> None:
         """One by one (`Membership.delete`), as the site's Remove does: each member's claims in the project go back

@@ -234,6 +234,7 @@ def test_the_django_admin_leaves_the_model_version_to_the_settings_page(admin_cl
     shown = _admin_form_as_shown(admin_client, project)
     page = admin_client.get(reverse("admin:annotate_project_change", args=[project.pk])).content.decode()
     assert 'name="current_version"' not in page
+    assert 'name="memberships-0-created_at' not in page  # when a member joined is history too
     assert f'href="{reverse("project_settings", args=[project.slug])}#version-title"' in page
     promoted = ModelVersion.objects.allocate(project, label="fine-tuned", trained=False)
     Project.objects.filter(pk=project.pk).update(current_version=promoted)
