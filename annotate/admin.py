@@ -154,10 +154,6 @@ class ProjectAdminForm(SettingsMerge, forms.ModelForm):
         if self.instance.pk:
             self.show_settings(self.instance)
 
-    def clean_guidelines(self) -> str:
-        # As on the settings page: browsers send CR LF, and untouched guidelines are no change.
-        return self.cleaned_data["guidelines"].replace("\r\n", "\n")
-
     def clean(self) -> dict:
         """Against the project as it is now, locked until the admin's save commits (Django's admin posts a change in
         one transaction): the settings this admin changed (`changed_settings`, all the save writes), and those

@@ -49,6 +49,10 @@ class SettingsMerge:
     SETTING_WORDS = {"name": "the name", "guidelines": "the guidelines", "configuration": "the tool configuration",
                      "overlap": "the overlap", "lease_seconds": "the lease"}
 
+    def clean_guidelines(self) -> str:
+        # Browsers send a textarea's lines with CR LF: stored as typed, untouched guidelines would count as changed.
+        return self.cleaned_data["guidelines"].replace("\r\n", "\n")
+
     def show_settings(self, project: Project) -> None:
         """Note what the form shows of `project`'s settings."""
         self.initial["loaded"] = json.dumps(_digests(_settings_of(project)))
@@ -128,10 +132,6 @@ class ProjectForm(SettingsMerge, forms.ModelForm):
             self.initial["configuration"] = json.dumps(self.instance.configuration or {}, indent=1)
             self.show_settings(self.instance)
         kind.widget.attrs["aria-describedby"] = "kind-help"
-
-    def clean_guidelines(self) -> str:
-        # Browsers send a textarea's lines with CR LF: stored as typed, untouched guidelines would count as changed.
-        return self.cleaned_data["guidelines"].replace("\r\n", "\n")
 
     def clean_configuration(self) -> dict:
         text = (self.cleaned_data.get("configuration") or "").strip()

@@ -409,11 +409,11 @@ def mark_own(rows: list[dict], user) -> None:
         row["own"] = kinds.get(row["id"])
 
 
-def mark_held(rows: list[dict], now=None) -> None:
+def mark_held(rows: list[dict]) -> None:
     """Set each row's `held_by` to the names of the reviewers holding that item now (leases not ended), for the
     project's admins: one query by the claims' (item, reviewer) index, for a page's rows."""
     held: dict[int, list[str]] = {}
-    claims = (Claim.objects.filter(item_id__in=[row["id"] for row in rows], expires_at__gt=now or timezone.now())
+    claims = (Claim.objects.filter(item_id__in=[row["id"] for row in rows], expires_at__gt=timezone.now())
               .order_by("expires_at").values_list("item_id", "reviewer__username"))
     for item_id, name in claims:
         held.setdefault(item_id, []).append(name)

@@ -7,8 +7,6 @@ the page works without JavaScript; a refused target is answered in place, so not
 
 from __future__ import annotations
 
-import functools
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -192,8 +190,7 @@ def _workspace(request, project: Project, item: Item, *, error: str = "", status
         {"answer": a, "reviewer": a.reviewer.get_username(), "key": str(n + 1),
          "target": targets.describe(project.mode, item.inputs, a.target),
          "chosen": current is not None and current.chosen_answer_id == a.pk,
-         "history": display.answer_history(a.revisions.all(),
-                                           functools.partial(targets.line, project.mode, item.inputs))}
+         "history": display.answer_history(a.revisions.all(), targets.liner(project.mode, item.inputs))}
         for n, a in enumerate(finals)
     ]
     others = [a for a in answers if a.kind != AnswerKind.TARGET]

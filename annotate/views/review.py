@@ -8,7 +8,6 @@ nothing the reviewer typed is lost.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 
@@ -312,7 +311,7 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
         "all_answers": _all_answers(project, item) if is_admin else None,
         "holders": _holders(item, now) if is_admin else None,
         # The viewer's own answer's earlier states; read only when it changed since it was first given.
-        "own_history": (display.answer_history(answer.revisions.all(), _target_line(project, item))
+        "own_history": (display.answer_history(answer.revisions.all(), targets.liner(project.mode, item.inputs))
                         if answer is not None and answer.updated_at != answer.created_at else []),
         "fix_text": _fix_text(item, fix_text) if is_admin else None,
         "draft_settled": unsent.settled_age(answer.updated_at if answer is not None else None, now),
@@ -341,7 +340,7 @@ def _all_answers(project: Project, item: Item) -> list[dict]:
         {"reviewer": a.reviewer.get_username(), "kind": a.get_kind_display(),
          "target": None if a.target is None else targets.describe(project.mode, item.inputs, a.target),
          "skip_reason": a.skip_reason, "updated_at": a.updated_at, "source": a.source,
-         "history": display.answer_history(a.revisions.all(), _target_line(project, item))}
+         "history": display.answer_history(a.revisions.all(), targets.liner(project.mode, item.inputs))}
         for a in item.answers.select_related("reviewer").prefetch_related("revisions").order_by("updated_at", "id")
     ]
 
@@ -350,10 +349,6 @@ def _holders(item: Item, now) -> list[dict]:
     """Who holds the item now (leases not ended): with overlap above 1, whose answers are still to come."""
     return [{"reviewer": c.reviewer.get_username(), "until": c.expires_at}
             for c in item.claims.filter(expires_at__gt=now).select_related("reviewer").order_by("expires_at")]
-
-
-def _target_line(project: Project, item: Item):
-    return functools.partial(targets.line, project.mode, item.inputs)
 
 
 def _previous_url(project: Project, user, item: Item | None) -> str | None:

@@ -6,6 +6,7 @@ Also the numbers the agreement page draws (bar widths, kappa in words), so its S
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from annotate.views import display
@@ -52,6 +53,11 @@ def describe(mode: str, inputs: Any, target: Any) -> dict:
                 for k, (o, v) in enumerate(zip(options + [None] * len(target), target, strict=False))
             ]}
     return {"form": "raw", "text": display.compact(target)}
+
+
+def liner(mode: str, inputs: Any):
+    """`line` for one item's targets (`display.answer_history` takes it)."""
+    return functools.partial(line, mode, inputs)
 
 
 def line(mode: str, inputs: Any, target: Any) -> str:
