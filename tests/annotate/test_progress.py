@@ -74,6 +74,8 @@ def test_the_progress_page_shows_who_holds_items_now(client, project, project_ad
     page = client.get(reverse("project_progress", args=[project.slug])).content.decode()
 
     assert ">Holding</abbr></th>" in page
+    # Every reviewer at work is a row: hundreds at once scroll in the table's own box, counted in its heading.
+    assert '<div class="table-scroll scroll-box">' in page and "<span>Reviewers</span>" in page
     row = page.split(">rita</a></th>")[1].split("</tr>")[0]
     assert row.count('<td class="num">') == 6 and '<td class="num">1</td>' in row  # done 0 ... holding 1
     cache.clear()
