@@ -11,6 +11,7 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
+from annotate.admin import MembershipInline
 from annotate.models import Membership, ModelVersion, Project, Role
 from tests.annotate.races import Other
 
@@ -294,3 +295,32 @@ def test_the_django_admin_form_of_a_project_deleted_meanwhile_saves_nothing(rf, 
     assert not form.is_valid()
     assert form.non_field_errors() == ["This project was deleted meanwhile: nothing was saved."]
     assert not Project.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_django_admin_sends_a_big_team_to_the_members_list(admin_client, project, django_user_model,
+                                                                monkeypatch) -> None:
+    """Inline, a team of 327 made a change page of 24,000 px that took 3.6 s to load and as long to save: past
+    `MembershipInline.most` members the page links to the members' list, which pages and searches them."""
+    monkeypatch.setattr(MembershipInline, "most", 3)
+    members = project.memberships.count()
+    url = reverse("admin:annotate_project_change", args=[project.pk])
+    listed = f'{reverse("admin:annotate_membership_changelist")}?project__id__exact={project.pk}'
+    page = admin_client.get(url).content.decode()
+    assert 'name="memberships-TOTAL_FORMS"' in page
+    assert f"{members} (listed below; also" in page
+
+    for n in range(4 - members):
+        user = django_user_model.objects.create_user(f"member{n}", password="a-long-password")
+        Membership.objects.create(project=project, user=user, role=Role.REVIEWER)
+    page = admin_client.get(url).content.decode()
+
+    assert 'name="memberships-TOTAL_FORMS"' not in page
+    assert f'4: too many to list here; manage them <a href="{listed.replace("&", "&amp;")}">' in page
+    assert _admin_save(admin_client, project, {**_admin_form_as_shown(admin_client, project),
+                                               "name": "Renamed"}).status_code == 200
+    project.refresh_from_db()
+    assert (project.name, project.memberships.count()) == ("Renamed", 4)  # the members are as they were
+    members_list = admin_client.get(listed)
+    assert members_list.status_code == 200
+    assert set(members_list.context["cl"].result_list) == set(project.memberships.all())
