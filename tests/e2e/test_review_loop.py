@@ -149,6 +149,33 @@ def test_editor_by_keyboard(page, artifacts, users, tool, mode) -> None:
         assert answer.target == _expected(project, item, mode)
 
 
+def test_the_browsers_back_and_forward_show_each_item_as_it_is_now(page, artifacts, users) -> None:
+    """htmx kept a copy of each page it swapped away and the browser's Back put it back: the item just answered
+    showed as unanswered, under a lease its reviewer no longer held. Back and Forward now load from the server."""
+    _, reviewer = users
+    project = predicted_project("decision", "rank", reviewer)
+    sign_in(page, "rita")
+    start_reviewing(page, project)
+    first = current_item(page)
+    page.keyboard.press("2")
+    press_and_wait_for_next(page, "Enter")
+    second = current_item(page)
+
+    page.go_back()
+    page.wait_for_function(f"document.getElementById('workspace').dataset.item === '{first}'")
+    assert page.locator("input[name=choice]").nth(1).is_checked()  # the answer given, as stored
+    assert page.locator("#lease").count() == 0  # answered: no lease to show
+    page.screenshot(path=str(artifacts / "back-to-the-answered-item.png"), full_page=True)
+
+    page.go_forward()
+    page.wait_for_function(f"document.getElementById('workspace').dataset.item === '{second}'")
+    expect(page.locator("#lease")).to_contain_text("lease until")  # still theirs
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+    page.get_by_text("Nothing left to review").wait_for()
+    assert Answer.objects.filter(item__project=project, reviewer=reviewer, kind=AnswerKind.TARGET).count() == 2
+
+
 # -- the whole loop ----------------------------------------------------------------------------------------------
 def test_import_label_skip_back_undo_export_and_load(page, artifacts, users, eager_celery, tmp_path) -> None:
     admin, reviewer = users
