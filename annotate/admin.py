@@ -12,7 +12,7 @@ from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import QuerySet
-from django.http import HttpResponseRedirect
+from django.http import HttpResponseRedirect, QueryDict
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -287,6 +287,14 @@ class MembershipAdmin(admin.ModelAdmin):
     search_fields = ["user__username", "project__slug"]
     raw_id_fields = ["project", "user"]
     readonly_fields = ["created_at"]
+
+    def get_changeform_initial_data(self, request) -> dict:
+        """Added from the members' list of one project (where a big team's project page links): that project."""
+        initial = super().get_changeform_initial_data(request)
+        shown = QueryDict(request.GET.get("_changelist_filters", ""))
+        if shown.get("project__id__exact", "").isdigit():
+            initial.setdefault("project", shown["project__id__exact"])
+        return initial
 
     def delete_queryset(self, request, queryset) -> None:
         """One by one (`Membership.delete`), as the site's Remove does: each member's claims in the project go back

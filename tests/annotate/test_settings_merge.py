@@ -324,3 +324,7 @@ def test_the_django_admin_sends_a_big_team_to_the_members_list(admin_client, pro
     members_list = admin_client.get(listed)
     assert members_list.status_code == 200
     assert set(members_list.context["cl"].result_list) == set(project.memberships.all())
+    # Its "Add membership" keeps the list's filter, and the form starts with that project.
+    add = admin_client.get(reverse("admin:annotate_membership_add"),
+                           {"_changelist_filters": f"project__id__exact={project.pk}"})
+    assert add.context["adminform"].form["project"].value() == str(project.pk)
