@@ -22,3 +22,20 @@ def check_artifact_dir(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             id="annotate.E001",
         )
     ]
+
+
+@checks.register(checks.Tags.caches, deploy=True)
+def check_shared_cache(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """annotate.W001 (`check --deploy`): without `TC_CACHE_URL` each process keeps its own cache, so a site of
+    several processes counts failed sign-ins and password-reset mails per process (an attacker gets the limit
+    once per process) and each process counts progress and agreement afresh."""
+    if settings.TC_CACHE_URL:
+        return []
+    return [
+        checks.Warning(
+            "TC_CACHE_URL is not set: the cache is per process, so sign-in and password-reset limits count in "
+            "each web process apart.",
+            hint="Set TC_CACHE_URL to the deployment's Redis, e.g. redis://redis.internal:6379/1.",
+            id="annotate.W001",
+        )
+    ]

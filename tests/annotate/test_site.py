@@ -287,6 +287,12 @@ def test_tc_https_makes_cookies_secure_redirects_plain_http_and_passes_the_deplo
     hsts = deploy_check(TC_HTTPS="1", TC_HSTS_SECONDS="31536000")
     # Left: the hints to extend HSTS to subdomains and the preload list, which only the operator can weigh.
     assert "security.W004" not in hsts and "ERRORS" not in hsts and "W005" in hsts
+    # A cache per process counts failed sign-ins per process: the README's production settings share one.
+    assert "annotate.W001" in plain and "annotate.W001" in hsts
+    shared = deploy_check(TC_HTTPS="1", TC_HSTS_SECONDS="31536000", TC_CACHE_URL="redis://127.0.0.1:6379/9")
+    assert "annotate.W001" not in shared and "ERRORS" not in shared
+    assert "annotate.W001" not in subprocess.run([sys.executable, "manage.py", "check"], env=env, text=True,
+                                                 capture_output=True, cwd=settings.BASE_DIR).stdout  # local runs
 
     code = ("import django; django.setup(); from django.conf import settings as s; "
             "print(s.SECURE_PROXY_SSL_HEADER, s.SECURE_SSL_REDIRECT, s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE)")
