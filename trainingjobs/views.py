@@ -98,8 +98,10 @@ def project_jobs(request, slug: str):
         "form": form,
         "records": records,
         "adjudicated": adjudicated,
-        "jobs": project.training_jobs.listed().select_related("base_version", "result_version", "created_by")[:50],
-        "versions": project.versions.all()[:50],
+        # Newest first, a page each: past 50 the older ones were missing from the page, not to be found there.
+        "jobs": Paginator(project.training_jobs.listed().select_related("base_version", "result_version", "created_by"),
+                          PER_PAGE).get_page(request.GET.get("jobs")),
+        "versions": Paginator(project.versions.all(), PER_PAGE).get_page(request.GET.get("versions")),
         "model_uploads": project.model_uploads.select_related("version")[:10],
         "model_upload_form": ModelUploadForm(),
     }

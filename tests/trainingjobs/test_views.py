@@ -366,3 +366,39 @@ def test_promoting_a_version_deleted_meanwhile_says_so_and_changes_nothing(clien
     assert "Nothing was promoted: spare has been deleted." in _messages(response.content.decode())
     project.refresh_from_db()
     assert project.current_version_id == current
+
+
+def test_a_project_with_many_jobs_and_versions_pages_both_tables(client, admin, project) -> None:
+    """Past 50, the older jobs and versions were missing from the page with no word of them: one could not be
+    downloaded or promoted there. Each table now pages on its own, newest first, the other's page kept."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from annotate.models import ModelVersion
+
+    ModelVersion.objects.bulk_create(ModelVersion(project=project, tool="decision", mode="rank", label=f"v{n}",
+                                                  trained=True) for n in range(54))
+    start = timezone.now() - timedelta(days=30)
+    TrainingJob.objects.bulk_create(TrainingJob(project=project, base_version=project.current_version,
+                                                state=JobState.SUCCEEDED, created_at=start + timedelta(hours=n))
+                                    for n in range(51))
+    oldest_job = TrainingJob.objects.order_by("created_at").first()
+    url = reverse("trainingjobs:project_jobs", args=[project.slug])
+    client.force_login(admin)
+
+    first = client.get(url).content.decode()
+    assert 'Jobs <small class="muted">51</small>' in first
+    assert 'Model versions <small class="muted">55</small>' in first
+    assert "1–50 of 51 jobs" in first and "1–50 of 55 versions" in first
+    assert f'href="{reverse("trainingjobs:job", args=[oldest_job.pk])}"' not in first
+    assert 'href="?jobs=2#jobs-title">Older →</a>' in first
+    assert f'id="download-version-{project.current_version_id}"' not in first  # the oldest version
+
+    older = client.get(url, {"jobs": 2, "versions": 2}).content.decode()
+    assert f'href="{reverse("trainingjobs:job", args=[oldest_job.pk])}"' in older
+    assert f'id="download-version-{project.current_version_id}"' in older
+    assert "51–51 of 51 jobs" in older and "51–55 of 55 versions" in older
+    assert 'href="?jobs=1&amp;versions=2#jobs-title">← Newer</a>' in older  # the versions' page stays
+    for junk in ("0", "-1", "nan", "99999999999999999999", "2x"):
+        assert client.get(url, {"jobs": junk, "versions": junk}).status_code == 200
