@@ -388,8 +388,8 @@ def test_a_project_with_many_jobs_and_versions_pages_both_tables(client, admin, 
     client.force_login(admin)
 
     first = client.get(url).content.decode()
-    assert 'Jobs <small class="muted">51</small>' in first
-    assert 'Model versions <small class="muted">55</small>' in first
+    assert '<span>Jobs <small class="muted">51</small></span>' in first
+    assert '<span>Model versions <small class="muted">55</small></span>' in first
     assert "1–50 of 51 jobs" in first and "1–50 of 55 versions" in first
     assert f'href="{reverse("trainingjobs:job", args=[oldest_job.pk])}"' not in first
     assert 'href="?jobs=2#jobs-title">Older →</a>' in first
