@@ -7,6 +7,7 @@ from collections import Counter
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.db.models import Count, Max, OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import render
@@ -106,9 +107,11 @@ def project_page(request: HttpRequest, project: Project, *, export_form: ExportF
     if context["is_admin"]:
         context["import_form"] = ImportForm()
         context["export_form"] = export_form or ExportForm(project=project)
-        context["exports"] = project.exports.all()[:5]
+        # Five a page, newest first: past the fifth, an older export could not be downloaded here, nor an older
+        # upload removed (each accepted one goes on being trained on).
+        context["exports"] = Paginator(project.exports.all(), 5).get_page(request.GET.get("exports"))
         context["upload_form"] = ExperienceUploadForm()
-        context["uploads"] = project.experience_uploads.all()[:5]
+        context["uploads"] = Paginator(project.experience_uploads.all(), 5).get_page(request.GET.get("uploads"))
         context["imports"] = list(project.item_imports.recent())
         context["importing"] = any(row.state == UploadState.PENDING for row in context["imports"])
         context["reviewers"] = _reviewer_progress(project)

@@ -630,3 +630,34 @@ def test_settings_page_heads_like_the_other_project_pages(client, project, proje
     assert "<h1>Settings</h1>" in page
     assert f'<a href="{reverse("project_detail", args=[project.slug])}">{project.name}</a>' in page
     assert f"<title>Settings · {project.name} · tensorcode annotate</title>" in page
+
+
+@pytest.mark.django_db
+def test_older_exports_and_uploads_are_paged_not_missing(client, project, project_admin) -> None:
+    """The project page showed the newest five of each: an older export could not be downloaded there, nor an
+    older experience upload removed, though each accepted one goes on being trained on."""
+    from datetime import timedelta
+
+    from annotate.models import ExperienceUpload, Export, ExportState, UploadState
+
+    start = timezone.now() - timedelta(days=10)
+    exports = Export.objects.bulk_create(Export(project=project, state=ExportState.SUCCEEDED, created_at=start +
+                                                timedelta(hours=n)) for n in range(7))
+    uploads = ExperienceUpload.objects.bulk_create(
+        ExperienceUpload(project=project, state=UploadState.ACCEPTED, original_name=f"run-{n}.json",
+                         created_at=start + timedelta(hours=n)) for n in range(6))
+    url = reverse("project_detail", args=[project.slug])
+    client.force_login(project_admin)
+
+    first = client.get(url).content.decode()
+    assert 'Exports <small>7</small>' in first and 'Experience uploads <small>6</small>' in first
+    assert "1–5 of 7 exports" in first and "1–5 of 6 uploads" in first
+    assert f'id="export-{exports[0].pk}"' not in first and "run-0.json" not in first
+    assert 'href="?uploads=2#uploads-title">Older →</a>' in first
+
+    older = client.get(url, {"exports": 2, "uploads": 2}).content.decode()
+    assert f'id="export-{exports[0].pk}"' in older and f'id="export-{exports[1].pk}"' in older
+    assert "run-0.json" in older and reverse("upload_remove", args=[project.slug, uploads[0].pk]) in older
+    assert 'href="?exports=1&amp;uploads=2#exports-title">← Newer</a>' in older  # the uploads' page stays
+    for junk in ("0", "-1", "nan", "99999999999999999999"):
+        assert client.get(url, {"exports": junk, "uploads": junk}).status_code == 200
