@@ -5,6 +5,7 @@ new reviewer's account and password; a forgotten password reset by email."""
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Permission
 
 from annotate.models import Membership, Project, Role
 from tests.e2e.conftest import PASSWORD, sign_in
@@ -47,6 +48,15 @@ def test_an_admin_finds_and_removes_one_of_many_members(page, artifacts, django_
     page.locator("#member-filter").dispatch_event("input")
     assert page.locator("#member-filter-none").is_visible()
     assert page.locator("#members-table tbody tr:visible").count() == 0
+
+    # Every row's buttons post one shared form, each to its own address: a new link for the member found, by an
+    # admin who may set others' passwords.
+    ada.user_permissions.add(Permission.objects.get(codename="change_user"))
+    page.reload()
+    page.locator("#member-filter").fill("reviewer074")
+    page.locator("#member-filter").dispatch_event("input")
+    page.get_by_role("button", name="Set-password link for reviewer074").click()
+    assert "/accounts/reset/" in page.get_by_label("Set-password link for reviewer074").input_value()
 
 
 def test_a_site_admin_creates_a_reviewers_account_and_the_reviewer_sets_a_password(
