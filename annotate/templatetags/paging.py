@@ -1,4 +1,5 @@
-"""`{% page_url "jobs" 2 %}`: a page's address among several paged lists on one page (`annotate/_table_pager.html`)."""
+"""`{% page_url "jobs" 2 %}`: a page's address, the address's other parameters kept (`annotate/_pager.html`,
+`annotate/_table_pager.html`)."""
 
 from __future__ import annotations
 

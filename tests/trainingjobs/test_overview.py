@@ -221,3 +221,16 @@ def test_a_user_who_may_make_projects_finds_new_project_and_training_once_they_m
     }, follow=True)
     assert Project.objects.filter(slug="claims").exists(), response.content
     assert f'<li><a href="{INDEX}">Training</a></li>' in response.content.decode()
+
+
+def test_the_overviews_pages_keep_its_tab(client, admin, project) -> None:
+    start = timezone.now() - timedelta(days=3)
+    TrainingJob.objects.bulk_create(TrainingJob(project=project, base_version=project.current_version,
+                                                state=JobState.FAILED, created_at=start + timedelta(minutes=n))
+                                    for n in range(51))
+    client.force_login(admin)
+
+    first = client.get(INDEX, {"show": "failed"}).content.decode()
+    assert 'href="?show=failed&amp;page=2"' in first and "Page 1 of 2" in first
+    second = client.get(INDEX, {"show": "failed", "page": 2}).content.decode()
+    assert 'href="?show=failed&amp;page=1"' in second and "Page 2 of 2" in second
