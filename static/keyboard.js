@@ -57,6 +57,78 @@
     }
   }
 
+  // Type-ahead: keys pressed while the workspace waits for the next item (a submit, skip, back or undo in flight)
+  // are kept and pressed again once it has come, so "1 Enter 2 Enter" typed at speed answers two items. Before,
+  // the "2" picked an option in the form already sent and the second Enter was dropped. The keys are kept only
+  // when another item came (after a refused answer they are dropped, the error shown), and an Enter before any
+  // other key is not replayed: pressed twice, Enter submits once and never answers an item not yet seen.
+  // Keys typed into a text field stay in it.
+  var MAX_TYPED_AHEAD = 32;
+  var waiting = null;  // {xhr, item, keys}
+
+  // A key pressed again by script does not type: into a text field a replayed shortcut focused ("s" then a skip
+  // reason, "1" then a plan's outcome) the characters are put as typing puts them, replacing what the shortcut
+  // selected; Enter submits a one-line field's form and starts a line in a box of lines.
+  function typeInto(field, keys) {
+    if (keys[0] === "Enter") {
+      if (field.tagName === "TEXTAREA" && !("multiline" in field.dataset)) return false;  // the handler submits
+      keys.shift();
+      if (field.tagName === "TEXTAREA") insertText(field, "\n");
+      else if (field.form && checkRelevance(field.form)) field.form.requestSubmit();
+      return true;
+    }
+    var text = "";
+    while (keys.length && keys[0].length === 1) text += keys.shift();
+    if (!text) return false;
+    insertText(field, text);
+    return true;
+  }
+
+  function insertText(field, text) {
+    try {
+      field.setRangeText(text, field.selectionStart, field.selectionEnd, "end");
+    } catch (error) {  // a number field has no selection to replace: the shortcut selected all of it
+      field.value = text;
+    }
+    field.dispatchEvent(new InputEvent("input", { bubbles: true, data: text, inputType: "insertText" }));
+  }
+
+  function replayKeys(keys) {
+    while (keys.length && keys[0] === "Enter") keys.shift();
+    while (keys.length) {
+      if (waiting) {  // a replayed key sent the workspace again: the rest waits for that one
+        waiting.keys = waiting.keys.concat(keys);
+        return;
+      }
+      var target = document.activeElement || document.body;
+      if (isTyping(target) && typeInto(target, keys)) continue;
+      target.dispatchEvent(new KeyboardEvent("keydown", { key: keys.shift(), bubbles: true, cancelable: true }));
+    }
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var target = event.detail.target;
+    if (target && target.id === "workspace" && target.dataset.item) {
+      waiting = { xhr: event.detail.xhr, item: target.dataset.item, keys: [] };
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (!waiting || event.detail.xhr !== waiting.xhr) return;
+    var done = waiting;
+    waiting = null;
+    var ws = workspace();
+    if (event.detail.successful && ws && ws.dataset.item && ws.dataset.item !== done.item) {
+      replayKeys(done.keys);  // htmx has swapped and settled it by now (no swap or settle delay)
+    }
+  });
+  document.addEventListener("keydown", function (event) {
+    if (!waiting || event.ctrlKey || event.metaKey || event.altKey || event.isComposing || isTyping(event.target)
+        || !(event.key.length === 1 || /^(Enter|ArrowLeft|ArrowRight)$/.test(event.key))) return;
+    event.preventDefault();
+    event.stopImmediatePropagation();
+    if (waiting.keys.length < MAX_TYPED_AHEAD) waiting.keys.push(event.key);
+  }, true);
+
   // A page without a workspace (the settings) has plain keys only, such as / to find: Enter keeps its meaning.
   function pageShortcut(event) {
     if (event.key === "Enter" || event.ctrlKey || event.metaKey || event.altKey || isTyping(event.target)) return;

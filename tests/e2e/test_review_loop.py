@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import zipfile
 
 import pytest
@@ -174,6 +175,90 @@ def test_the_browsers_back_and_forward_show_each_item_as_it_is_now(page, artifac
     page.keyboard.press("Enter")
     page.get_by_text("Nothing left to review").wait_for()
     assert Answer.objects.filter(item__project=project, reviewer=reviewer, kind=AnswerKind.TARGET).count() == 2
+
+
+class HeldSubmits:
+    """Holds the browser's submits at the network until the test lets each go: keys pressed meanwhile are typed
+    while the next item loads, as on a slow connection."""
+
+    pattern = re.compile(r".*/items/\d+/submit/$")
+
+    def __init__(self, page) -> None:
+        self.page, self.routes = page, []
+        page.route(self.pattern, lambda route: self.routes.append(route))
+
+    def press_and_hold(self, *keys: str) -> None:
+        for key in keys:
+            self.page.keyboard.press(key)
+        deadline = time.monotonic() + 15
+        while not self.routes:  # the route's handler runs while Playwright talks to the browser
+            assert time.monotonic() < deadline, "the submit never reached the route"
+            self.page.evaluate("0")
+
+
+def wait_for_unanswered_item_other_than(page, *items: int) -> int:
+    """Wait until the workspace shows another item, nothing chosen and no request in flight."""
+    page.wait_for_function(
+        """items => {
+             const w = document.getElementById('workspace');
+             return !items.includes(Number(w.dataset.item)) && !document.querySelector('.htmx-request')
+               && !w.querySelector('input[name=choice]:checked') && w.querySelector('#target-form');
+           }""",
+        arg=list(items),
+    )
+    return current_item(page)
+
+
+def test_keys_typed_while_the_next_item_loads_answer_it(page, artifacts, users) -> None:
+    """Keys pressed while a submit is in flight wait for the next item and are pressed on it: before, "1" picked an
+    option in the form already sent and the next Enter was dropped. A second Enter alone answers nothing, a skip
+    reason typed ahead lands in its field, and after a failed submit the keys typed meanwhile are dropped."""
+    _, reviewer = users
+    project = predicted_project("decision", "rank", reviewer, count=4)
+    sign_in(page, "rita")
+    start_reviewing(page, project)
+    first = current_item(page)
+    held = HeldSubmits(page)
+
+    held.press_and_hold("2", "Enter")
+    for key in ("Enter", "1", "Enter"):  # Enter again, then the next item's answer
+        page.keyboard.press(key)
+    assert page.locator("input[name=choice]").nth(1).is_checked()  # the form sent keeps its choice
+    assert not page.locator("input[name=choice]").nth(0).is_checked()
+    held.routes.pop().continue_()
+    held.press_and_hold()  # the second item's answer, sent by the keys typed ahead
+    held.routes.pop().continue_()
+    third = wait_for_unanswered_item_other_than(page, first)
+    answers = {a.item_id: a for a in Answer.objects.filter(reviewer=reviewer)}
+    assert len(answers) == 2 and first in answers and third not in answers
+    second = next(pk for pk in answers if pk != first)
+    assert answers[first].target == Item.objects.get(pk=first).inputs["hypotheses"][1]["id"]
+    assert answers[second].target == Item.objects.get(pk=second).inputs["hypotheses"][0]["id"]
+
+    # "s" focuses the skip reason: what follows is typed into it, and Enter skips the item with it.
+    held.press_and_hold("2", "Enter")
+    page.keyboard.type("sno light")
+    page.keyboard.press("Enter")
+    held.routes.pop().continue_()
+    page.get_by_text("Nothing left to review").wait_for()  # the fourth and last item, skipped
+    skipped = Answer.objects.get(reviewer=reviewer, kind=AnswerKind.SKIP)
+    assert skipped.skip_reason == "no light" and skipped.item_id not in (first, second, third)
+    fourth = skipped.item_id
+    assert Answer.objects.get(item_id=third, reviewer=reviewer).target == (
+        Item.objects.get(pk=third).inputs["hypotheses"][1]["id"])
+
+    # A submit that fails: what was typed meanwhile is not pressed on the item still shown.
+    page.goto(f"{page.base_url}/projects/{project.slug}/items/{fourth}/")
+    held.press_and_hold("1", "Enter")
+    page.keyboard.press("2")
+    page.keyboard.press("Enter")
+    held.routes.pop().fulfill(status=500, body="")
+    page.locator("#messages .message-error").wait_for()
+    page.screenshot(path=str(artifacts / "typed-ahead-then-failed.png"), full_page=True)
+    assert current_item(page) == fourth
+    assert page.locator("input[name=choice]").nth(0).is_checked()
+    assert not page.locator("input[name=choice]").nth(1).is_checked()
+    assert held.routes == [] and Answer.objects.get(item_id=fourth, reviewer=reviewer).kind == AnswerKind.SKIP
 
 
 # -- the whole loop ----------------------------------------------------------------------------------------------
