@@ -16,7 +16,12 @@ the page, on its own clock:
 - the baseline, in the same rounds, alternating: the page `fetch()`ing the one-SELECT view of
   `bench/scale_site` (a round trip through the same browser, network stack and server that does no work);
 - a reload of the item page (navigation to its `load` event, every asset from the browser's cache) against a
-  navigation to the one-SELECT view.
+  navigation to the one-SELECT view;
+- typing ahead: `--ahead` items more answered by a reviewer who does not wait for the next item, pressing `1`
+  and `Enter` every `--key-ms` milliseconds, faster than items come (keys pressed while an item loads wait for
+  it, up to 32: `static/keyboard.js`). Counted on the server afterwards: every item answered once, with the
+  first candidate, none lost; timed from the first answer stored to the last, per item, against the waited
+  rounds' Enter to the next item painted.
 
 No goal is set in the issue for these; the figures say how much of a reviewer's wait is the site's own work.
 The script waits for the page's own follow-up requests (the progress line) to finish before the next key, as
@@ -79,6 +84,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000, help="items per project (default 100,000)")
     parser.add_argument("--rounds", type=int, default=200, help="items answered by keyboard (default 200)")
+    parser.add_argument("--ahead", type=int, default=16,
+                        help="items answered typing ahead (default 16: 32 keys, as many as the page holds)")
+    parser.add_argument("--key-ms", type=float, default=5,
+                        help="milliseconds between keys when typing ahead (default 5: faster than items come)")
     parser.add_argument("--database", default=os.environ.get(
         "TC_BENCH_DATABASE", "postgres://postgres@127.0.0.1:5432/tc_flow_bench"))
     parser.add_argument("--cache", default=os.environ.get("TC_BENCH_CACHE_URL", "redis://127.0.0.1:6379/0"),
@@ -109,7 +118,7 @@ def main() -> None:
     port = team_scale._free_port()
     server = team_scale._start_gunicorn(port, env, data_dir)
     try:
-        results = _drive(f"http://127.0.0.1:{port}", seeded, args.rounds, chromium)
+        results = _drive(f"http://127.0.0.1:{port}", seeded, args, chromium)
     finally:
         team_scale._stop(server)
         team_scale._forget_sessions(args.cache, env["TC_CACHE_KEY_PREFIX"])
@@ -117,9 +126,10 @@ def main() -> None:
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def _drive(base: str, seeded: dict, rounds: int, chromium: str) -> dict:
+def _drive(base: str, seeded: dict, args, chromium: str) -> dict:
     from playwright.sync_api import sync_playwright
 
+    rounds = args.rounds
     baseline = f"{base}/bench/baseline/{seeded['baseline_item']}/"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
@@ -146,6 +156,7 @@ def _drive(base: str, seeded: dict, rounds: int, chromium: str) -> dict:
         flow = page.evaluate("({swapped: window.__flow.swapped, painted: window.__flow.painted})")
         server_ms = page.evaluate(SUBMIT_SERVER_MS)
         item_url = page.url
+        ahead = _type_ahead(page, seeded["visitors"][0], args.ahead, args.key_ms)
 
         reloads, navigations = [], []
         for _ in range(max(10, rounds // 10)):
@@ -155,7 +166,33 @@ def _drive(base: str, seeded: dict, rounds: int, chromium: str) -> dict:
     # The first rounds warm both workers and the browser's caches.
     skip = min(10, rounds // 5)
     return {"fetch": fetched[skip:], "swapped": flow["swapped"][skip:], "painted": flow["painted"][skip:],
-            "server": server_ms[skip:], "reload": reloads[2:], "navigation": navigations[2:]}
+            "server": server_ms[skip:], "reload": reloads[2:], "navigation": navigations[2:], "ahead": ahead}
+
+
+def _type_ahead(page, username: str, items: int, key_ms: float) -> dict:
+    """Answer `items` items pressing `1` and `Enter` every `key_ms` ms without waiting for the next item; then
+    read from the database what was stored for them."""
+    from annotate.models import Answer
+
+    # Playwright's sync API runs an event loop in this thread; the reads below are plain blocking calls between
+    # its calls, which Django allows only when told.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
+    answers = Answer.objects.filter(reviewer__username=username)
+    before = set(answers.values_list("pk", flat=True))
+    started = time.perf_counter()
+    for _ in range(items):
+        for key in ("1", "Enter"):
+            page.keyboard.press(key)
+            page.wait_for_timeout(key_ms)  # the reviewer's pace, not a wait for the page
+    typed = time.perf_counter() - started
+    page.wait_for_function(QUIET, timeout=60_000)
+    done = time.perf_counter() - started
+    new = list(answers.exclude(pk__in=before).values("item_id", "target", "created_at", "item__inputs"))
+    firsts = sum(a["target"] == a["item__inputs"]["hypotheses"][0]["id"] for a in new)
+    stored = sorted(a["created_at"] for a in new)
+    return {"items": items, "answered": len(new), "distinct": len({a["item_id"] for a in new}), "first": firsts,
+            "typed_s": typed, "done_s": done,
+            "stored_s": (stored[-1] - stored[0]).total_seconds() if len(stored) > 1 else 0.0}
 
 
 def _navigation_ms(page, url: str) -> float:
@@ -181,6 +218,15 @@ def _report(args, r: dict) -> None:
         ("reload of the item page, p50", f"{statistics.median(r['reload']):.1f} ms",
          f"{statistics.median(r['reload']) / navigation:.1f}x the navigation baseline; to its load event"),
     ]
+    ahead = r["ahead"]
+    waited = statistics.median(r["painted"])
+    if ahead["answered"] > 1:
+        per_item = ahead["stored_s"] * 1000 / (ahead["answered"] - 1)
+        rows.append(("typing ahead: time per item, first to last answer stored", f"{per_item:.1f} ms",
+                     f"{per_item / waited:.2f}x the waited Enter to painted; keys typed in {ahead['typed_s']:.1f} s, "
+                     f"all answered {ahead['done_s']:.1f} s after the first"))
+    rows.append(("typing ahead: items answered of those typed", f"{ahead['answered']} of {ahead['items']}",
+                 f"{ahead['distinct']} distinct items, {ahead['first']} with the candidate typed (1)"))
     print()
     print(f"keyboard_flow: {args.items:,} items, {len(r['swapped'])} answered by keyboard (after warming), "
           f"chromium headless, gunicorn 2 sync workers, {os.cpu_count()} CPUs")
