@@ -62,7 +62,8 @@
   // the "2" picked an option in the form already sent and the second Enter was dropped. The keys are kept only
   // when another item came (after a refused answer they are dropped, the error shown), and an Enter before any
   // other key is not replayed: pressed twice, Enter submits once and never answers an item not yet seen.
-  // Keys typed into a text field stay in it.
+  // The text field a submit was sent from loses the focus, so what is typed next waits too ("s", a reason,
+  // Enter, then "1 Enter" for the next item); keys typed into a text field focused meanwhile stay in it.
   var MAX_TYPED_AHEAD = 32;
   var waiting = null;  // {xhr, item, keys}
 
@@ -110,6 +111,8 @@
     var target = event.detail.target;
     if (target && target.id === "workspace" && target.dataset.item) {
       waiting = { xhr: event.detail.xhr, item: target.dataset.item, keys: [] };
+      // What was typed in a box is on its way with its form: the keys after it are for the next item.
+      if (isTyping(document.activeElement) && target.contains(document.activeElement)) document.activeElement.blur();
     }
   });
   document.addEventListener("htmx:afterRequest", function (event) {

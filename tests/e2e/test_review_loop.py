@@ -178,10 +178,10 @@ def test_the_browsers_back_and_forward_show_each_item_as_it_is_now(page, artifac
 
 
 class HeldSubmits:
-    """Holds the browser's submits at the network until the test lets each go: keys pressed meanwhile are typed
-    while the next item loads, as on a slow connection."""
+    """Holds the browser's submits and skips at the network until the test lets each go: keys pressed meanwhile
+    are typed while the next item loads, as on a slow connection."""
 
-    pattern = re.compile(r".*/items/\d+/submit/$")
+    pattern = re.compile(r".*/items/\d+/(submit|skip)/$")
 
     def __init__(self, page) -> None:
         self.page, self.routes = page, []
@@ -212,9 +212,10 @@ def wait_for_unanswered_item_other_than(page, *items: int) -> int:
 def test_keys_typed_while_the_next_item_loads_answer_it(page, artifacts, users) -> None:
     """Keys pressed while a submit is in flight wait for the next item and are pressed on it: before, "1" picked an
     option in the form already sent and the next Enter was dropped. A second Enter alone answers nothing, a skip
-    reason typed ahead lands in its field, and after a failed submit the keys typed meanwhile are dropped."""
+    reason typed ahead lands in its field, keys typed after a skip's Enter are not lost in its box, and after a
+    failed submit the keys typed meanwhile are dropped."""
     _, reviewer = users
-    project = predicted_project("decision", "rank", reviewer, count=4)
+    project = predicted_project("decision", "rank", reviewer, count=5)
     sign_in(page, "rita")
     start_reviewing(page, project)
     first = current_item(page)
@@ -235,17 +236,26 @@ def test_keys_typed_while_the_next_item_loads_answer_it(page, artifacts, users) 
     assert answers[first].target == Item.objects.get(pk=first).inputs["hypotheses"][1]["id"]
     assert answers[second].target == Item.objects.get(pk=second).inputs["hypotheses"][0]["id"]
 
-    # "s" focuses the skip reason: what follows is typed into it, and Enter skips the item with it.
+    # "s" focuses the skip reason: what follows is typed into it, and Enter skips the item with it. Keys typed
+    # while that skip is in flight (the focus was in its box) are for the item after.
     held.press_and_hold("2", "Enter")
     page.keyboard.type("sno light")
     page.keyboard.press("Enter")
     held.routes.pop().continue_()
-    page.get_by_text("Nothing left to review").wait_for()  # the fourth and last item, skipped
+    held.press_and_hold()  # the skip, sent by the keys typed ahead
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+    held.routes.pop().continue_()
+    held.press_and_hold()  # the fifth item's answer
+    held.routes.pop().continue_()
+    page.get_by_text("Nothing left to review").wait_for()
     skipped = Answer.objects.get(reviewer=reviewer, kind=AnswerKind.SKIP)
     assert skipped.skip_reason == "no light" and skipped.item_id not in (first, second, third)
     fourth = skipped.item_id
     assert Answer.objects.get(item_id=third, reviewer=reviewer).target == (
         Item.objects.get(pk=third).inputs["hypotheses"][1]["id"])
+    fifth = Answer.objects.exclude(item_id__in=(first, second, third, fourth)).get(reviewer=reviewer)
+    assert fifth.target == fifth.item.inputs["hypotheses"][0]["id"]
 
     # A submit that fails: what was typed meanwhile is not pressed on the item still shown.
     page.goto(f"{page.base_url}/projects/{project.slug}/items/{fourth}/")
