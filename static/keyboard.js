@@ -65,7 +65,35 @@
   // The text field a submit was sent from loses the focus, so what is typed next waits too ("s", a reason,
   // Enter, then "1 Enter" for the next item); keys typed into a text field focused meanwhile stay in it.
   var MAX_TYPED_AHEAD = 32;
-  var waiting = null;  // {xhr, item, keys}
+  var SAY_TYPED_AFTER_MS = 400;  // an item comes in about 50 ms: said only when the wait is long enough to wonder
+  var waiting = null;  // {xhr, item, keys, timer}
+
+  // What waits (or was not used), said at the foot of the window: `#typed-ahead`, made when first needed.
+  function sayTyped(keys, text) {
+    var note = document.getElementById("typed-ahead");
+    if (!keys || !keys.length) {
+      if (note) note.hidden = true;
+      return;
+    }
+    if (!note) {
+      note = document.createElement("p");
+      note.id = "typed-ahead";
+      note.className = "typed-ahead";
+      note.setAttribute("role", "status");
+      document.body.appendChild(note);
+    }
+    var names = keys.map(function (key) {
+      return { " ": "Space", ArrowLeft: "\u2190", ArrowRight: "\u2192" }[key] || key;
+    });
+    note.textContent = text.replace("%s", names.join(" "));
+    note.hidden = false;
+  }
+  function sayWaiting() {
+    if (waiting) sayTyped(waiting.keys, "Typed ahead: %s, for the next item, which is on its way");
+  }
+  ["keydown", "pointerdown"].forEach(function (type) {  // a note of keys not used goes at the next action
+    document.addEventListener(type, function () { if (!waiting) sayTyped(null); }, true);
+  });
 
   // A key pressed again by script does not type: into a text field a replayed shortcut focused ("s" then a skip
   // reason, "1" then a plan's outcome) the characters are put as typing puts them, replacing what the shortcut
@@ -110,7 +138,8 @@
   document.addEventListener("htmx:beforeRequest", function (event) {
     var target = event.detail.target;
     if (target && target.id === "workspace" && target.dataset.item) {
-      waiting = { xhr: event.detail.xhr, item: target.dataset.item, keys: [] };
+      waiting = { xhr: event.detail.xhr, item: target.dataset.item, keys: [],
+                  timer: setTimeout(sayWaiting, SAY_TYPED_AFTER_MS) };
       // What was typed in a box is on its way with its form: the keys after it are for the next item.
       if (isTyping(document.activeElement) && target.contains(document.activeElement)) document.activeElement.blur();
     }
@@ -119,9 +148,13 @@
     if (!waiting || event.detail.xhr !== waiting.xhr) return;
     var done = waiting;
     waiting = null;
+    clearTimeout(done.timer);
+    sayTyped(null);
     var ws = workspace();
     if (event.detail.successful && ws && ws.dataset.item && ws.dataset.item !== done.item) {
       replayKeys(done.keys);  // htmx has swapped and settled it by now (no swap or settle delay)
+    } else if (done.keys.length) {
+      sayTyped(done.keys, "Not used: %s, typed while waiting (no other item came)");
     }
   });
   document.addEventListener("keydown", function (event) {
@@ -129,7 +162,10 @@
         || !(event.key.length === 1 || /^(Enter|ArrowLeft|ArrowRight)$/.test(event.key))) return;
     event.preventDefault();
     event.stopImmediatePropagation();
+    if (event.key === "Enter" && !waiting.keys.length) return;  // Enter again: the item sent is on its way
     if (waiting.keys.length < MAX_TYPED_AHEAD) waiting.keys.push(event.key);
+    if (!document.getElementById("typed-ahead") || document.getElementById("typed-ahead").hidden) return;
+    sayWaiting();  // already said: kept up to date
   }, true);
 
   // A page without a workspace (the settings) has plain keys only, such as / to find: Enter keeps its meaning.

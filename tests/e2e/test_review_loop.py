@@ -224,6 +224,9 @@ def test_keys_typed_while_the_next_item_loads_answer_it(page, artifacts, users) 
     held.press_and_hold("2", "Enter")
     for key in ("Enter", "1", "Enter"):  # Enter again, then the next item's answer
         page.keyboard.press(key)
+    # Said at the foot of the page once the wait is long enough to wonder (400 ms).
+    expect(page.locator("#typed-ahead")).to_have_text("Typed ahead: 1 Enter, for the next item, which is on its way")
+    page.screenshot(path=str(artifacts / "typed-ahead-waiting.png"))
     assert page.locator("input[name=choice]").nth(1).is_checked()  # the form sent keeps its choice
     assert not page.locator("input[name=choice]").nth(0).is_checked()
     held.routes.pop().continue_()
@@ -264,11 +267,14 @@ def test_keys_typed_while_the_next_item_loads_answer_it(page, artifacts, users) 
     page.keyboard.press("Enter")
     held.routes.pop().fulfill(status=500, body="")
     page.locator("#messages .message-error").wait_for()
+    expect(page.locator("#typed-ahead")).to_have_text("Not used: 2 Enter, typed while waiting (no other item came)")
     page.screenshot(path=str(artifacts / "typed-ahead-then-failed.png"), full_page=True)
     assert current_item(page) == fourth
     assert page.locator("input[name=choice]").nth(0).is_checked()
     assert not page.locator("input[name=choice]").nth(1).is_checked()
     assert held.routes == [] and Answer.objects.get(item_id=fourth, reviewer=reviewer).kind == AnswerKind.SKIP
+    page.keyboard.press("Escape")  # the next key puts the note away
+    expect(page.locator("#typed-ahead")).to_be_hidden()
 
 
 # -- the whole loop ----------------------------------------------------------------------------------------------
