@@ -231,15 +231,22 @@ class ProjectAdmin(DeletedThroughService, admin.ModelAdmin):
         return ["slug", "tool", "mode", "model_version", "members", "created_by", "created_at",
                 "predictions_resent_at"]
 
+    @staticmethod
+    def _member_count(obj) -> int:
+        """Counted once per page: the inlines and the Members line both ask."""
+        if not hasattr(obj, "_member_count"):
+            obj._member_count = obj.memberships.count()
+        return obj._member_count
+
     def get_inlines(self, request, obj):
-        if obj is not None and obj.memberships.count() > MembershipInline.most:
+        if obj is not None and self._member_count(obj) > MembershipInline.most:
             return []
         return self.inlines
 
     @admin.display(description="Members")
     def members(self, obj) -> str:
         """How many, and a link to them on the members' list, which pages and searches a big team."""
-        count = obj.memberships.count()
+        count = self._member_count(obj)
         url = reverse("admin:annotate_membership_changelist") + f"?project__id__exact={obj.pk}"
         if count <= MembershipInline.most:
             return format_html('{} (listed below; also <a href="{}">on the members\' list</a>)', count, url)

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -313,9 +314,12 @@ def test_the_django_admin_sends_a_big_team_to_the_members_list(admin_client, pro
     for n in range(4 - members):
         user = django_user_model.objects.create_user(f"member{n}", password="a-long-password")
         Membership.objects.create(project=project, user=user, role=Role.REVIEWER)
-    page = admin_client.get(url).content.decode()
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client.get(url).content.decode()
 
     assert 'name="memberships-TOTAL_FORMS"' not in page
+    counted = [q["sql"] for q in queries if "COUNT(" in q["sql"] and '"annotate_membership"' in q["sql"]]
+    assert len(counted) == 1, counted  # the inlines and the Members line share one count
     assert f'4: too many to list here; manage them <a href="{listed.replace("&", "&amp;")}">' in page
     assert _admin_save(admin_client, project, {**_admin_form_as_shown(admin_client, project),
                                                "name": "Renamed"}).status_code == 200
