@@ -62,11 +62,13 @@
   // the "2" picked an option in the form already sent and the second Enter was dropped. The keys are kept only
   // when another item came (after a refused answer they are dropped, the error shown), and an Enter before any
   // other key is not replayed: pressed twice, Enter submits once and never answers an item not yet seen.
+  // An adjudication's next screen is the same item adjudicated (data-type-ahead-same-item): "1 n" picks the
+  // first answer and goes on to the next disagreement.
   // The text field a submit was sent from loses the focus, so what is typed next waits too ("s", a reason,
   // Enter, then "1 Enter" for the next item); keys typed into a text field focused meanwhile stay in it.
   var MAX_TYPED_AHEAD = 32;
   var SAY_TYPED_AFTER_MS = 400;  // an item comes in about 50 ms: said only when the wait is long enough to wonder
-  var waiting = null;  // {xhr, item, keys, timer}
+  var waiting = null;  // {xhr, item, workspace, keys, timer}
 
   // What waits (or was not used), said at the foot of the window: `#typed-ahead`, made when first needed.
   function sayTyped(keys, text) {
@@ -138,7 +140,7 @@
   document.addEventListener("htmx:beforeRequest", function (event) {
     var target = event.detail.target;
     if (target && target.id === "workspace" && target.dataset.item) {
-      waiting = { xhr: event.detail.xhr, item: target.dataset.item, keys: [],
+      waiting = { xhr: event.detail.xhr, item: target.dataset.item, workspace: target, keys: [],
                   timer: setTimeout(sayWaiting, SAY_TYPED_AFTER_MS) };
       // What was typed in a box is on its way with its form: the keys after it are for the next item.
       if (isTyping(document.activeElement) && target.contains(document.activeElement)) document.activeElement.blur();
@@ -151,7 +153,9 @@
     clearTimeout(done.timer);
     sayTyped(null);
     var ws = workspace();
-    if (event.detail.successful && ws && ws.dataset.item && ws.dataset.item !== done.item) {
+    var came = ws && ws !== done.workspace && ws.dataset.item
+      && (ws.dataset.item !== done.item || "typeAheadSameItem" in ws.dataset);
+    if (event.detail.successful && came) {
       replayKeys(done.keys);  // htmx has swapped and settled it by now (no swap or settle delay)
     } else if (done.keys.length) {
       sayTyped(done.keys, "Not used: %s, typed while waiting (no other item came)");

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import zipfile
 
 import pytest
@@ -250,6 +251,32 @@ def test_what_an_admin_writes_to_adjudicate_follows_them_to_another_browser(team
     assert not AdminTyping.objects.exists()
     desk.reload()
     expect(desk.locator(".draft-restored")).to_have_count(0)
+
+
+def test_keys_typed_while_an_adjudication_is_sent_go_on_to_the_next_disagreement(team, open_page) -> None:
+    """`1` then `n` at speed: the first answer is picked, and the `n` pressed while that was on its way is pressed
+    on the adjudicated item that comes back, which goes on to the next open disagreement."""
+    project = team
+    users = get_user_model().objects
+    first, second = Item.objects.filter(project=project).order_by("pk")
+    for item in (first, second):
+        for name, target in (("rita", "db"), ("sam", "dns")):
+            assert queue.claim_next(project, users.get(username=name)) == item
+            queue.submit(item, users.get(username=name), target)
+    admin = open_page("ada")
+    held = []
+    admin.route(re.compile(r".*/adjudicate/submit/$"), lambda route: held.append(route))
+    admin.goto(f"{admin.base_url}/projects/{project.slug}/items/{first.pk}/adjudicate/")
+    admin.keyboard.press("1")  # picks rita's target (the answers are in the reviewers' order)
+    deadline = time.monotonic() + 15
+    while not held:  # the route's handler runs while Playwright talks to the browser
+        assert time.monotonic() < deadline, "the adjudication never reached the route"
+        admin.evaluate("0")
+    admin.keyboard.press("n")
+    held.pop().continue_()
+    admin.wait_for_function(f"document.getElementById('workspace').dataset.item === '{second.pk}'")
+    assert Adjudication.objects.get(item=first).target == "db"
+    assert not Adjudication.objects.filter(item=second).exists()
 
 
 def test_an_export_refused_for_its_days_keeps_the_form_and_shows_why_beside_it(team, open_page, artifacts) -> None:
