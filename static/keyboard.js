@@ -168,8 +168,8 @@
     event.stopImmediatePropagation();
     if (event.key === "Enter" && !waiting.keys.length) return;  // Enter again: the item sent is on its way
     if (waiting.keys.length < MAX_TYPED_AHEAD) waiting.keys.push(event.key);
-    if (!document.getElementById("typed-ahead") || document.getElementById("typed-ahead").hidden) return;
-    sayWaiting();  // already said: kept up to date
+    var note = document.getElementById("typed-ahead");
+    if (note && !note.hidden) sayWaiting();  // already said: kept up to date
   }, true);
 
   // A page without a workspace (the settings) has plain keys only, such as / to find: Enter keeps its meaning.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,22 @@ def sign_in(page, username: str, password: str = PASSWORD) -> None:
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(f"{page.base_url}/")
+
+
+class HeldRequests:
+    """Holds the browser's requests to addresses matching `pattern` at the network until the test lets each go
+    (`routes.pop().continue_()`): keys pressed meanwhile are typed while the answer is on its way, as on a slow
+    connection."""
+
+    def __init__(self, page, pattern: str) -> None:
+        self.page, self.routes = page, []
+        page.route(re.compile(pattern), lambda route: self.routes.append(route))
+
+    def press_and_hold(self, *keys: str) -> None:
+        """Press `keys`, then wait until a request is held."""
+        for key in keys:
+            self.page.keyboard.press(key)
+        deadline = time.monotonic() + 15
+        while not self.routes:  # the route's handler runs while Playwright talks to the browser
+            assert time.monotonic() < deadline, "no request reached the route"
+            self.page.evaluate("0")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import zipfile
 
 import pytest
@@ -15,7 +14,7 @@ from playwright.sync_api import expect
 from annotate import imports, tooling
 from annotate.models import Answer, AnswerKind, Item, ItemStatus, Membership, ModelVersion, Project, Role
 from tests.annotate.ui_samples import sample
-from tests.e2e.conftest import PASSWORD, sign_in
+from tests.e2e.conftest import PASSWORD, HeldRequests, sign_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -177,25 +176,6 @@ def test_the_browsers_back_and_forward_show_each_item_as_it_is_now(page, artifac
     assert Answer.objects.filter(item__project=project, reviewer=reviewer, kind=AnswerKind.TARGET).count() == 2
 
 
-class HeldSubmits:
-    """Holds the browser's submits and skips at the network until the test lets each go: keys pressed meanwhile
-    are typed while the next item loads, as on a slow connection."""
-
-    pattern = re.compile(r".*/items/\d+/(submit|skip)/$")
-
-    def __init__(self, page) -> None:
-        self.page, self.routes = page, []
-        page.route(self.pattern, lambda route: self.routes.append(route))
-
-    def press_and_hold(self, *keys: str) -> None:
-        for key in keys:
-            self.page.keyboard.press(key)
-        deadline = time.monotonic() + 15
-        while not self.routes:  # the route's handler runs while Playwright talks to the browser
-            assert time.monotonic() < deadline, "the submit never reached the route"
-            self.page.evaluate("0")
-
-
 def wait_for_unanswered_item_other_than(page, *items: int) -> int:
     """Wait until the workspace shows another item, nothing chosen and no request in flight."""
     page.wait_for_function(
@@ -219,7 +199,7 @@ def test_keys_typed_while_the_next_item_loads_answer_it(page, artifacts, users) 
     sign_in(page, "rita")
     start_reviewing(page, project)
     first = current_item(page)
-    held = HeldSubmits(page)
+    held = HeldRequests(page, r".*/items/\d+/(submit|skip)/$")
 
     held.press_and_hold("2", "Enter")
     for key in ("Enter", "1", "Enter"):  # Enter again, then the next item's answer

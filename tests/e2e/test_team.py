@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import zipfile
 
 import pytest
@@ -31,7 +30,7 @@ from annotate.models import (
     Role,
 )
 from tests.annotate.conftest import decision_input
-from tests.e2e.conftest import PASSWORD, sign_in
+from tests.e2e.conftest import PASSWORD, HeldRequests, sign_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -264,16 +263,11 @@ def test_keys_typed_while_an_adjudication_is_sent_go_on_to_the_next_disagreement
             assert queue.claim_next(project, users.get(username=name)) == item
             queue.submit(item, users.get(username=name), target)
     admin = open_page("ada")
-    held = []
-    admin.route(re.compile(r".*/adjudicate/submit/$"), lambda route: held.append(route))
+    held = HeldRequests(admin, r".*/adjudicate/submit/$")
     admin.goto(f"{admin.base_url}/projects/{project.slug}/items/{first.pk}/adjudicate/")
-    admin.keyboard.press("1")  # picks rita's target (the answers are in the reviewers' order)
-    deadline = time.monotonic() + 15
-    while not held:  # the route's handler runs while Playwright talks to the browser
-        assert time.monotonic() < deadline, "the adjudication never reached the route"
-        admin.evaluate("0")
+    held.press_and_hold("1")  # picks rita's target (the answers are in the reviewers' order)
     admin.keyboard.press("n")
-    held.pop().continue_()
+    held.routes.pop().continue_()
     admin.wait_for_function(f"document.getElementById('workspace').dataset.item === '{second.pk}'")
     assert Adjudication.objects.get(item=first).target == "db"
     assert not Adjudication.objects.filter(item=second).exists()
