@@ -254,7 +254,8 @@ def test_what_an_admin_writes_to_adjudicate_follows_them_to_another_browser(team
 
 def test_keys_typed_while_an_adjudication_is_sent_go_on_to_the_next_disagreement(team, open_page) -> None:
     """`1` then `n` at speed: the first answer is picked, and the `n` pressed while that was on its way is pressed
-    on the adjudicated item that comes back, which goes on to the next open disagreement."""
+    on the adjudicated item that comes back, which goes on to the next open disagreement, the pick's
+    confirmation still in view."""
     project = team
     users = get_user_model().objects
     first, second = Item.objects.filter(project=project).order_by("pk")
@@ -269,6 +270,8 @@ def test_keys_typed_while_an_adjudication_is_sent_go_on_to_the_next_disagreement
     admin.keyboard.press("n")
     held.routes.pop().continue_()
     admin.wait_for_function(f"document.getElementById('workspace').dataset.item === '{second.pk}'")
+    # The pick's confirmation was on screen for a moment only: it stays while the next disagreement is open.
+    expect(admin.locator("#messages")).to_have_text(f"Item {first.pk} adjudicated: picked rita's answer.")
     assert Adjudication.objects.get(item=first).target == "db"
     assert not Adjudication.objects.filter(item=second).exists()
 
