@@ -30,7 +30,7 @@ def open_regular(path: str | os.PathLike, *, error: type[Exception], what: str, 
         if not follow and stat.S_ISLNK(info.st_mode):
             raise error(_link(path, what))
         if not stat.S_ISREG(info.st_mode):
-            raise error(f"{path}: cannot read {what}: it is {_kind(info.st_mode)}, not a regular file")
+            raise error(f"{path}: cannot read {what}: it is {file_kind(info.st_mode)}, not a regular file")
         fd = os.open(path, _FLAGS | (0 if follow else getattr(os, "O_NOFOLLOW", 0)))
     except FileNotFoundError as exc:
         raise error(f"{path}: cannot read {what}: no such file") from exc
@@ -42,7 +42,7 @@ def open_regular(path: str | os.PathLike, *, error: type[Exception], what: str, 
     try:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):  # replaced between the look and the open
-            raise error(f"{path}: cannot read {what}: it is {_kind(info.st_mode)}, not a regular file")
+            raise error(f"{path}: cannot read {what}: it is {file_kind(info.st_mode)}, not a regular file")
     except BaseException:
         handle.close()
         raise
@@ -83,7 +83,7 @@ def _link(path: Path, what: str) -> str:
     return f"{path}: cannot read {what}: it is a symbolic link, and links inside a loaded directory are not followed"
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     for test, name in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a named pipe"),

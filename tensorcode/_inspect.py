@@ -1,5 +1,6 @@
 """Readable summaries of the library's files for ``tensorcode inspect``: experience files, training checkpoint
-directories and tool directories. Reads JSON and safetensors headers only: no torch, nothing decoded or run.
+directories and tool directories. Reads JSON (tensor payloads skipped) and safetensors headers only: no torch,
+nothing decoded or run. Files are read as the loaders read them: regular files only, within the same limits.
 """
 
 from __future__ import annotations
@@ -7,12 +8,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import struct
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ._checkpoint_state import MANIFEST_MAX_BYTES
 from ._codec import lift_payloads
+from ._files import file_kind, read_regular
+from .experience import MAX_BYTES
 from .receipts import fingerprint
 
 _ITEM_BYTES = {
@@ -38,7 +43,11 @@ def kind_of(path: Path) -> str:
         if path.name == "tool.json":
             return "tool"
         return "experience"
-    raise ValueError(f"{path}: no such file or directory")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        raise ValueError(f"{path}: no such file or directory") from None
+    raise ValueError(f"{path}: it is {file_kind(mode)}, not a regular file or a directory")
 
 
 def summarize(path: Path) -> dict:
@@ -52,7 +61,7 @@ def summarize(path: Path) -> dict:
 
 # -- experience files ------------------------------------------------------------------------------------------
 def experience(path: Path) -> dict:
-    raw = path.read_bytes()
+    raw = read_regular(path, max_bytes=MAX_BYTES, error=ValueError, what="experience file")
     document = _json(lift_payloads(raw)[0], path)
     if not isinstance(document, dict) or not {"bindings", "calls", "supervisions"} <= set(document):
         raise ValueError(f"{path}: not an experience file (no bindings, calls and supervisions)")
@@ -145,7 +154,7 @@ class _Tensors:
 
 # -- checkpoints and tools --------------------------------------------------------------------------------------
 def checkpoint(directory: Path) -> dict:
-    manifest = _json((directory / "training.json").read_bytes(), directory / "training.json")
+    manifest = _json(_manifest(directory / "training.json"), directory / "training.json")
     if not isinstance(manifest, dict):
         raise ValueError(f"{directory / 'training.json'}: not a training checkpoint manifest")
     entry = manifest.get("tensors") if isinstance(manifest.get("tensors"), dict) else {}
@@ -196,7 +205,7 @@ def checkpoint(directory: Path) -> dict:
 
 
 def tool(directory: Path) -> dict:
-    manifest = _json((directory / "tool.json").read_bytes(), directory / "tool.json")
+    manifest = _json(_manifest(directory / "tool.json"), directory / "tool.json")
     if not isinstance(manifest, dict):
         raise ValueError(f"{directory / 'tool.json'}: not a tool manifest")
     name, configuration = manifest.get("tool"), manifest.get("configuration")
@@ -326,10 +335,16 @@ def _binding_lines(b: dict) -> list[str]:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
+def _manifest(path: Path) -> bytes:
+    return read_regular(path, max_bytes=MANIFEST_MAX_BYTES, error=ValueError, what="manifest")
+
+
 def _json(data: bytes, path: Path) -> Any:
     try:
         return json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise ValueError(f"{path}: JSON is nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{path}: not valid JSON: {exc}") from exc
 
 

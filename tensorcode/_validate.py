@@ -19,10 +19,16 @@ def validate(path: Path, *, tool_dir: Path | None = None) -> str:
     """A one-line description of the valid file at ``path``; ``ValueError`` with the reason otherwise."""
     try:
         return _validate(path, tool_dir)
+    except _ToolDirError:
+        raise
     except ValueError as exc:
         if str(path) in str(exc):
             raise
         raise ValueError(f"{path}: {exc}") from exc
+
+
+class _ToolDirError(ValueError):
+    """``--tool`` could not be loaded: the message is about it, not about the file being checked."""
 
 
 def _validate(path: Path, tool_dir: Path | None) -> str:
@@ -51,7 +57,11 @@ def _tool(tool_dir: Path | None, bindings: list[dict], path: Path):
     from . import tools
 
     if tool_dir is not None:
-        return tools.load_pretrained(tool_dir)
+        try:
+            return tools.load_pretrained(tool_dir)
+        except ValueError as exc:
+            message = " ".join(str(exc).split())
+            raise _ToolDirError(f"--tool {tool_dir}: {message.removeprefix(f'{tool_dir}: ')}") from exc
     named = [b for b in bindings if b.get("tool")]
     if len(bindings) != 1 or not named:
         names = ", ".join(repr(b["name"]) for b in bindings) or "none"
@@ -78,9 +88,12 @@ def _checkpoint(directory: Path, tool, summary: dict) -> str:
     factory = getattr(torch.optim, saved)
     trainer = Trainer.from_tool(tool, optimizer=lambda ps: factory(ps, lr=0.001))
     trainer.load_checkpoint(directory)
-    run = json.loads((directory / "training.json").read_text("utf-8"))["progress"].get("run")
+    progress = json.loads((directory / "training.json").read_text("utf-8")).get("progress")
+    run = progress.get("run") if isinstance(progress, dict) else None
     detail = ""
     if run is not None:
+        if not isinstance(run, dict):
+            raise ValueError(f"{directory}: the training run cursor is malformed (not a JSON object)")
         losses, step = run.get("losses"), run.get("step")
         if not isinstance(losses, list) or not isinstance(step, int) or len(losses) != step:
             raise ValueError(f"{directory}: the training run cursor is malformed (step {step!r})")

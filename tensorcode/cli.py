@@ -63,9 +63,14 @@ def _train(args) -> int:
         raise ValueError(f"--output: {output} exists and is not a directory")
     experiences = _experience_files(args.experiences)
     checkpoint = Path(args.checkpoint_dir) if args.checkpoint_dir else output / "checkpoint"
-    tool = tools.load_pretrained(tool_dir)
+    _apart(args.experiences, {"--output": output, "--checkpoint-dir": checkpoint})
     bar = _ProgressBar(sys.stderr, quiet=args.quiet)
+    # From here on Ctrl-C asks to stop: one arriving while torch is imported must not interrupt the import.
     with _StopOnSignal() as stop:
+        tool = tools.load_pretrained(tool_dir)
+        if stop.requested:
+            print(f"{PROG}: stopped before the first step; nothing was written", file=sys.stderr)
+            return EXIT_STOPPED
         result = training.run(
             tool,
             experiences,
@@ -113,7 +118,7 @@ def _evaluate(args) -> int:
 def _inspect(args) -> int:
     from . import _inspect as inspect
 
-    summaries = [inspect.summarize(Path(p)) for p in args.paths]
+    summaries = [inspect.summarize(p) for p in _files_to_read(args.paths)]
     if args.json:
         print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2, allow_nan=False))
     else:
@@ -124,8 +129,8 @@ def _inspect(args) -> int:
 def _validate(args) -> int:
     from . import _validate as validate
 
-    for path in args.paths:
-        print(f"ok: {validate.validate(Path(path), tool_dir=None if args.tool is None else Path(args.tool))}")
+    for path in _files_to_read(args.paths):
+        print(f"ok: {validate.validate(path, tool_dir=None if args.tool is None else Path(args.tool))}")
     return 0
 
 
@@ -142,11 +147,34 @@ def _experience_files(arguments: list[str]) -> list[Path]:
             if not found:
                 raise ValueError(f"{path}: the directory holds no experience files (*.json)")
             paths += found
-        elif path.is_file():
+        elif path.exists():  # a pipe or a device too: the loader refuses it, saying what it is
             paths.append(path)
         else:
             raise ValueError(f"{path}: no such experience file or directory")
     return paths
+
+
+def _files_to_read(arguments: list[str]) -> list[Path]:
+    """``inspect`` and ``validate`` take what ``train`` takes: a checkpoint or tool directory is itself, any
+    other directory stands for its experience files, as in ``_experience_files``."""
+    paths = []
+    for argument in arguments:
+        path = Path(argument)
+        if path.is_dir() and not (path / "training.json").is_file() and not (path / "tool.json").is_file():
+            paths += _experience_files([argument])
+        else:
+            paths.append(path)
+    return paths
+
+
+def _apart(experiences: list[str], written: dict[str, Path]) -> None:
+    """Training must not write into a directory it reads experiences from: the second run of the same command
+    would read the trained tool's ``tool.json`` (or the checkpoint's ``training.json``) as an experience."""
+    read = {Path(p).resolve() for p in experiences if Path(p).is_dir()}
+    for option, directory in written.items():
+        if directory.resolve() in read:
+            raise ValueError(f"{option}: {directory} is a directory of experiences this run reads; write to "
+                             "another directory")
 
 
 EXPORT_MANIFEST = "manifest.json"

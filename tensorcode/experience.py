@@ -8,6 +8,7 @@ the loader import a class, unpickle, or restore a callback.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Mapping
 
@@ -47,19 +48,27 @@ def load_experience(
     Raise the limits for files you trust. Raises ``ExperienceError`` (a ``ValueError``) naming the problem for
     any malformed, oversized or incompatible file.
     """
+    return load_digested(path, operations=operations, codecs=codecs, max_bytes=max_bytes,
+                         max_structure_bytes=max_structure_bytes, max_containers=max_containers)[0]
+
+
+def load_digested(path, *, operations: Mapping, codecs=None, max_bytes: int = MAX_BYTES,
+                  max_structure_bytes: int = MAX_STRUCTURE_BYTES, max_containers: int | None = None):
+    """``load_experience`` and the SHA-256 of the bytes it read, from one read of a file checked first (a run's
+    resume compares the digest: reading the file again for it could read a pipe or an oversized file)."""
     if not isinstance(operations, Mapping):
         raise TypeError("operations must be a mapping of binding name to operation")
     try:
-        return _load(path, operations, codecs, max_bytes, max_structure_bytes, max_containers)
+        raw = read_regular(path, max_bytes=max_bytes, error=ExperienceError, what="experience file")
+        digest = hashlib.sha256(raw).digest()
+        return _load(raw, path, operations, codecs, max_structure_bytes, max_containers), digest
     except MemoryError as exc:
         raise ExperienceError(f"{path}: not enough memory to load this experience file") from exc
     except RecursionError as exc:
         raise ExperienceError(f"{path}: the experience file is nested too deeply") from exc
 
 
-def _load(path, operations: Mapping, codecs, max_bytes: int, max_structure: int, max_containers: int | None):
-
-    raw = read_regular(path, max_bytes=max_bytes, error=ExperienceError, what="experience file")
+def _load(raw: bytes, path, operations: Mapping, codecs, max_structure: int, max_containers: int | None):
     size = len(raw)
     # Parsed JSON costs 10-25x its text in Python objects; tensor payloads cost 1x. Bound the costly part,
     # while the payloads are found: a file of nothing but JSON is refused once the search passes the limit.
@@ -102,7 +111,8 @@ def _load(path, operations: Mapping, codecs, max_bytes: int, max_structure: int,
     for name, saved in bindings.items():
         if name not in operations:
             raise ExperienceError(
-                f"missing binding {short(name)}: pass it in operations (given: {sorted(operations)})"
+                f"missing binding {short(name)}: the file was recorded with an operation of that name, and the "
+                f"operations it is loaded with are {sorted(operations)} (another tool's file?)"
             )
         if _depth(saved) > MAX_DEPTH:
             raise ExperienceError(f"binding {name!r}: fingerprint is nested more than {MAX_DEPTH} levels deep")

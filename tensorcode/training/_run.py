@@ -25,10 +25,11 @@ from typing import Any
 import torch
 
 from .._checkpoint_state import check_operations, read_json
+from .._files import read_regular
 from .._trace import Trace
 from ..errors import CheckpointError
-from ..experience import load_experience
-from ._checkpoint import MANIFEST
+from ..experience import load_digested
+from ._checkpoint import LOCK, MANIFEST
 from ._trainer import Trainer
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
@@ -231,6 +232,25 @@ class _Saver:
         self.previous = current
 
 
+def _refuse_orphans(directory: Path) -> None:
+    """A directory of checkpoint tensors without the ``training.json`` that says which to resume from is not
+    started afresh: the fresh run's saves would delete those tensors, the only copy of the earlier run's work.
+    A generation a killed save published before writing its first ``training.json`` is named in the lock file
+    and is the save's to remove."""
+    try:
+        pending = read_regular(directory / LOCK, max_bytes=128, error=OSError, what="lock", follow=False)
+        pending = pending.decode("ascii", "replace")
+    except OSError:
+        pending = ""
+    found = sorted(p.name for p in directory.glob("tensors-*.safetensors") if p.name != pending)
+    if found:
+        raise RunError(
+            f"checkpoint_dir: {directory} holds checkpoint tensors ({found[0]}"
+            f"{f' and {len(found) - 1} more' if len(found) > 1 else ''}) but no {MANIFEST}, which says which to "
+            f"resume from; restore {MANIFEST}, or use a new directory"
+        )
+
+
 def _generation(directory: Path) -> str | None:
     """The tensors file ``training.json`` names, if any."""
     try:
@@ -269,16 +289,20 @@ _SAME = ("seed", "shuffle", "optimizer", "lr", "experiences", "digest")
 
 def _resume(directory: Path | None, trainer, settings: dict) -> dict | None:
     """The saved cursor after restoring the checkpoint in ``directory``; None when there is none to resume."""
-    if directory is None or not (directory / MANIFEST).is_file():
+    if directory is None:
+        return None
+    if not (directory / MANIFEST).is_file():
+        _refuse_orphans(directory)
         return None
     try:  # untrusted like any checkpoint: size, nesting and symbolic links are checked before anything is parsed
         manifest = read_json(directory / MANIFEST, follow=False)
-        operations = manifest["operations"]
-        saved = manifest["progress"].get(PROGRESS_KEY)
     except CheckpointError as exc:
         raise RunError(f"checkpoint_dir: {_line(exc)}") from exc
-    except (AttributeError, KeyError, TypeError) as exc:
-        raise RunError(f"checkpoint_dir: cannot read {directory / MANIFEST}: {_line(exc)}") from exc
+    operations, progress = manifest.get("operations"), manifest.get("progress")
+    if not isinstance(operations, dict) or not isinstance(progress, dict):
+        raise RunError(f"checkpoint_dir: {directory / MANIFEST} is not a training checkpoint (its operations and "
+                       "progress must be JSON objects)")
+    saved = progress.get(PROGRESS_KEY)
     try:
         check_operations(operations, trainer.operations)
     except (CheckpointError, AttributeError, KeyError, TypeError) as exc:
@@ -332,12 +356,13 @@ def load_sessions(experiences, operations: Mapping) -> tuple[list[Trace], str]:
         elif isinstance(item, (str, os.PathLike)):
             path = Path(item)
             try:
-                digest.update(hashlib.sha256(path.read_bytes()).digest())
-                sessions.append(load_experience(path, operations=operations))
+                session, file_digest = load_digested(path, operations=operations)
             except OSError as exc:
                 raise RunError(f"{path}: cannot read experience file: {exc.strerror or exc}") from exc
             except ValueError as exc:
-                raise RunError(f"{path}: {_line(exc)}") from exc
+                raise RunError(_named(path, exc)) from exc
+            digest.update(file_digest)
+            sessions.append(session)
         else:
             raise RunError(f"experiences[{i}]: expected a path or a loaded experience, got {type(item).__name__}")
         if not sessions[-1].supervisions:
@@ -359,8 +384,8 @@ def _check_settings(epochs, interval, seed, shuffle, optimizer, lr, device, call
     for name, value, least in (("epochs", epochs, 1), ("interval", interval, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise RunError(f"{name}: expected a positive integer number of {_UNITS[name]}, got {value!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise RunError(f"seed: expected an integer, got {seed!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not -(2**63) <= seed < 2**64:
+        raise RunError(f"seed: expected an integer from -2**63 to 2**64 - 1 (torch's range), got {seed!r}")
     if not isinstance(shuffle, bool):
         raise RunError(f"shuffle: expected true or false, got {shuffle!r}")
     if optimizer not in OPTIMIZERS:
@@ -433,3 +458,9 @@ def _seed(seed: int, device: torch.device) -> None:
 
 def _line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
+
+
+def _named(path: Path, exc: BaseException) -> str:
+    """The error, naming the file it is about once: most of the loader's messages start with its path already."""
+    line = _line(exc)
+    return line if line.startswith(f"{path}: ") else f"{path}: {line}"

@@ -253,3 +253,117 @@ def test_an_exports_folder_with_a_bad_manifest_is_refused_naming_it(workspace, t
     with pytest.raises(ValueError, match=re.escape(match)) as refused:
         cli._experience_files([str(folder)])
     assert str(refused.value).startswith(f"{folder / 'manifest.json'}: ")
+
+
+def _main(capsys, *args) -> tuple[int, str, str]:
+    """``tensorcode ARGS`` in this process (torch is already imported here): status, stdout, stderr."""
+    from tensorcode import cli
+
+    status = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_a_named_pipe_is_refused_by_name_and_never_read(workspace, tmp_path):
+    """A read of a pipe waits for a writer forever: training and evaluating named it a missing file or hung."""
+    pipe = tmp_path / "experience.json"
+    os.mkfifo(pipe)
+    for args in (("inspect", pipe), ("validate", pipe), ("train", workspace / "tool", pipe, "-o", tmp_path / "out"),
+                 ("evaluate", workspace / "tool", pipe)):
+        _one_line_error(tensorcode(*args, cwd=tmp_path, check=False), "is a named pipe, not a regular file")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_oversized_experience_file_is_refused_before_it_is_read(workspace, tmp_path):
+    import tracemalloc
+
+    from tensorcode import tools, training
+
+    big = tmp_path / "big.json"
+    with big.open("wb") as handle:
+        handle.truncate(257 * 2**20)  # sparse: no disk, but a read would allocate all of it
+    tool = tools.load_pretrained(workspace / "tool")
+    tracemalloc.start()
+    try:
+        with pytest.raises(training.RunError, match="over the limit of 268,435,456 bytes"):
+            training.run(tool, [big])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, f"{peak:,} bytes allocated to refuse it"
+
+
+def test_training_does_not_write_into_a_folder_of_experiences_it_reads(workspace, tmp_path, capsys):
+    """The trained tool's tool.json there would be read as an experience by the same command run again."""
+    folder = shutil.copytree(workspace / "experiences", tmp_path / "experiences")
+    for option in ("-o", "--checkpoint-dir"):
+        extra = ("-o", tmp_path / "out") if option == "--checkpoint-dir" else ()
+        status, _, err = _main(capsys, "train", workspace / "tool", folder, *extra, option, folder)
+        assert status == 1 and f"{'--output' if option == '-o' else option}: {folder} is a directory of " \
+            "experiences this run reads" in err
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (workspace / "experiences").iterdir())
+
+
+def test_checkpoint_tensors_without_their_training_json_are_kept_not_started_over(workspace, tmp_path, capsys):
+    args = ("train", workspace / "tool", workspace / "experiences", "-o", tmp_path / "out", "--epochs", "2",
+            "--interval", "4", "--device", "cpu", "-q")
+    assert _main(capsys, *args)[0] == 0
+    checkpoint = tmp_path / "out" / "checkpoint"
+    (checkpoint / "training.json").unlink()
+    tensors = sorted(checkpoint.glob("tensors-*.safetensors"))
+
+    status, _, err = _main(capsys, *args)
+
+    assert status == 1 and "holds checkpoint tensors (tensors-" in err and "but no training.json" in err
+    assert sorted(checkpoint.glob("tensors-*.safetensors")) == tensors  # a fresh run's saves deleted these
+
+
+def test_inspect_and_validate_take_the_folders_train_takes(workspace, tmp_path, capsys):
+    folder = _export_folder(workspace, tmp_path / "export", ["part-00001.json", "part-00002.json"])
+    for path, count in ((folder, 2), (workspace / "experiences", 6)):
+        status, out, err = _main(capsys, "validate", path)
+        assert status == 0 and out.count("ok: ") == count and "experience for decision" in out, err
+        status, out, err = _main(capsys, "inspect", path, "--json")
+        assert status == 0 and len(json.loads(out)) == count, err
+
+
+def test_malformed_run_state_and_settings_are_named_not_python_errors(workspace, trained, tmp_path, capsys):
+    checkpoint = shutil.copytree(trained / "checkpoint", tmp_path / "out" / "checkpoint")
+    manifest = json.loads((checkpoint / "training.json").read_text())
+    for progress, command, match in (
+        ({"run": [1]}, "validate", "the training run cursor is malformed (not a JSON object)"),
+        ([1], "train", "is not a training checkpoint (its operations and progress must be JSON objects)"),
+    ):
+        (checkpoint / "training.json").write_text(json.dumps({**manifest, "progress": progress}))
+        args = (checkpoint,) if command == "validate" else (
+            workspace / "tool", workspace / "experiences", "-o", tmp_path / "out", "--device", "cpu")
+        status, _, err = _main(capsys, command, *args)
+        assert status == 1 and match in err and "Error:" not in err, err
+    status, _, err = _main(capsys, "train", workspace / "tool", workspace / "experiences", "-o", tmp_path / "seed",
+                           "--seed", 10**26)
+    assert status == 1 and "seed: expected an integer from -2**63 to 2**64 - 1" in err, err
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text((workspace / "experiences" / "experience-0.json").read_text()[:100])
+    status, _, err = _main(capsys, "evaluate", workspace / "tool", truncated)
+    assert status == 1 and err.count(str(truncated)) == 1 and "not valid JSON" in err, err
+    status, _, err = _main(capsys, "validate", workspace / "experiences" / "experience-0.json", "--tool",
+                           tmp_path / "nowhere")
+    assert status == 1 and err.startswith(f"tensorcode: error: --tool {tmp_path / 'nowhere'}: "), err
+
+
+def test_ctrl_c_while_torch_loads_stops_before_the_first_step(workspace, tmp_path, capsys, monkeypatch):
+    """Ctrl-C in the first moments of `train` interrupted torch's import: a later import then failed with a
+    RecursionError. It now only asks the run to stop, and the run stops before it starts."""
+    from tensorcode import tools
+
+    load = tools.load_pretrained
+
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(tools, "load_pretrained", interrupted)
+    status, _, err = _main(capsys, "train", workspace / "tool", workspace / "experiences", "-o", tmp_path / "out")
+
+    assert status == 130 and "stopped before the first step; nothing was written" in err, err
+    assert not (tmp_path / "out").exists()
