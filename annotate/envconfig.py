@@ -14,6 +14,13 @@ _FALSE = frozenset({"0", "false", "no", "off", ""})
 POSTGRESQL_ENGINE = "annotate.db"
 
 
+# The embedded default serves the site and its worker at once. A transaction that reads and then writes while
+# the other process writes fails at once with "database is locked" (SQLite cannot wait there without deadlock),
+# so each transaction takes the write lock when it begins and waits for it up to `timeout` seconds; in WAL mode
+# reads go on beside a write.
+SQLITE_OPTIONS = {"transaction_mode": "IMMEDIATE", "timeout": 20, "init_command": "PRAGMA journal_mode=WAL"}
+
+
 def database_from_url(value: str, data_dir: Path) -> dict:
     """Return a Django `DATABASES["default"]` entry for `TC_DATABASE`.
 
@@ -21,7 +28,8 @@ def database_from_url(value: str, data_dir: Path) -> dict:
     (or `postgresql://`) means PostgreSQL, with query parameters passed as connection options.
     """
     if value == "sqlite":
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": data_dir / "annotate.sqlite3"}
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": data_dir / "annotate.sqlite3",
+                "OPTIONS": dict(SQLITE_OPTIONS)}
     url = urlsplit(value)
     if url.scheme not in ("postgres", "postgresql"):
         raise ImproperlyConfigured(
