@@ -38,6 +38,10 @@ from annotate.models import (
 logger = logging.getLogger(__name__)
 
 
+def unknown_address(request: HttpRequest) -> JsonResponse:
+    return _error(404, f"no API address {request.path} (the README's \"JSON API\" lists them)")
+
+
 def _error(status: int, message: str, **extra) -> JsonResponse:
     response = JsonResponse({"error": message, **extra}, status=status)
     if status == 401:
@@ -114,6 +118,9 @@ def _json_body(request: HttpRequest, limit: int, too_large: str = ""):
     length = request.headers.get("Content-Length", "")
     if length.isdigit() and int(length) > limit:
         return _error(413, too_large)
+    if not length and "chunked" in request.headers.get("Transfer-Encoding", "").lower():
+        # Django reads a body by its Content-Length: a chunked one would read as empty, "not valid JSON".
+        return _error(411, "send the body with a Content-Length; a chunked body is not read")
     try:
         raw = imports.read_limited(request, limit)
     except imports.ImportRejected:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.apps import apps
-from django.urls import path
+from django.urls import path, re_path
 
 from annotate import api, api_agreement
 
@@ -34,3 +34,7 @@ if apps.is_installed("trainingjobs"):
     from trainingjobs.api_urls import urlpatterns as training
 
     urlpatterns += training
+
+# Last: any other address under api/ is a JSON 404 whatever DEBUG says (with DEBUG on, Django answers an
+# unmatched address with its HTML debug page, which a script cannot read).
+urlpatterns.append(re_path(r"", api.unknown_address, name="unknown"))

@@ -122,6 +122,9 @@ def validate_filters(filters: Any) -> dict:
         elif key == "item_ids":
             if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
                 raise ValueError("filters.item_ids: expected a list of item ids")
+            wrong = next((v for v in value if not 0 < v < 2**63), None)  # beyond a 64-bit key: the database errs
+            if wrong is not None:
+                raise ValueError(f"filters.item_ids: {wrong} is not an item id")
             clean[key] = sorted(set(value))
             if len(clean[key]) > MAX_ITEM_IDS:
                 raise ValueError(f"filters.item_ids: at most {MAX_ITEM_IDS:,} ids, got {len(clean[key]):,}; "

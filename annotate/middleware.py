@@ -58,6 +58,9 @@ class BodyLimit:
         if name in ("project_import", "api:imports"):
             size = imports.max_upload_bytes()
             return size, f"an items file may be at most {mib(size)} (TC_IMPORT_MAX_BYTES)"
+        if name == "api:items":  # JSON, which `curl --data-binary` sends labelled as a form
+            size = imports.max_api_items_bytes()
+            return size, f"a body of items may be at most {mib(size)} (TC_API_ITEMS_MAX_BYTES)"
         if name == "experience_upload":
             size = imports.max_experience_bytes()
             return size, f"an experience file may be at most {mib(size)} (TC_EXPERIENCE_MAX_BYTES)"

@@ -116,6 +116,9 @@ def max_model_bytes() -> int:
     return int(getattr(settings, "TC_MODEL_MAX_BYTES", 512 * 1024 * 1024))
 
 
+MAX_LABEL = 200  # ModelUpload.label's max_length
+
+
 def upload_model(project: Project, user, manifest, weights, *, label: str = "") -> ModelUpload:
     """Store an uploaded `tool.json` and `model.safetensors` and queue their check by a worker.
 
@@ -124,6 +127,9 @@ def upload_model(project: Project, user, manifest, weights, *, label: str = "") 
     """
     from annotate import tasks
 
+    label = str(label).replace("\x00", "").strip()
+    if len(label) > MAX_LABEL:
+        raise UploadRefused(f"label: at most {MAX_LABEL} characters, got {len(label):,}")
     manifest_data = _manifest(project, manifest)
     limit = max_model_bytes()
     if weights.size > limit:
@@ -132,7 +138,7 @@ def upload_model(project: Project, user, manifest, weights, *, label: str = "") 
     with transaction.atomic():
         upload = ModelUpload.objects.create(
             project=project, uploaded_by=user if getattr(user, "pk", None) else None,
-            label=str(label).replace("\x00", "").strip()[:200], size=len(manifest_data) + weights.size,
+            label=label, size=len(manifest_data) + weights.size,
         )
         directory = storage.artifact_dir("model-uploads", upload.pk)
         try:

@@ -43,6 +43,27 @@ def test_import_through_api_creates_items(client, project, admin_key) -> None:
     assert ApiToken.objects.get().last_used_at is not None
 
 
+@pytest.mark.parametrize("path", ["/api/nothing", "/api/projects/outages/items/abc", "/api/projects/"])
+def test_an_unknown_api_address_is_a_json_404_even_with_debug_on(client, project, admin_key, settings, path) -> None:
+    """The demo runs with DEBUG on, where Django answers an unmatched address with its HTML debug page."""
+    settings.DEBUG = True
+
+    response = client.get(path, HTTP_AUTHORIZATION=f"Bearer {admin_key}")
+
+    assert response.status_code == 404 and response["Content-Type"] == "application/json"
+    assert response.json() == {"error": f"no API address {path} (the README's \"JSON API\" lists them)"}
+
+
+def test_a_chunked_body_is_asked_for_again_with_its_length(client, project, admin_key) -> None:
+    """Django reads a body by its Content-Length; a chunked one read as empty and was called invalid JSON."""
+    response = client.generic("POST", "/api/projects/outages/items", b"", content_type="application/json",
+                              HTTP_AUTHORIZATION=f"Bearer {admin_key}", HTTP_TRANSFER_ENCODING="chunked")
+
+    assert response.status_code == 411
+    assert response.json() == {"error": "send the body with a Content-Length; a chunked body is not read"}
+    assert not Item.objects.exists()
+
+
 def test_api_without_token_is_unauthorized(client, project) -> None:
     response = _post(client, "/api/projects/outages/items", {"items": [{"inputs": GOOD}]}, None)
 

@@ -71,3 +71,21 @@ def test_the_api_answers_413_as_json_and_its_json_bodies_are_left_to_their_views
         "error": "This request is 600.0 MiB: a model's weights may be at most 512.0 MiB (TC_MODEL_MAX_BYTES), its "
                  "tool.json 1 MiB. Nothing was read or kept."}
     assert items.status_code == 413 and "Nothing was read" not in items.json()["error"]  # the view's own limit
+
+
+def test_items_sent_to_the_api_as_curl_labels_them_take_the_apis_limit(client, project, project_admin) -> None:
+    """`curl --data-binary @items.json` calls its body a form: 3.9 MiB of items were refused as one."""
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {ApiToken.objects.issue(project_admin)[1]}"}
+    item = b'{"inputs": {"question": "q", "evidence": [], "hypotheses": [{"id": "a", "text": "a"}]}},'
+    body = b'{"items": [' + item * (int(3.9 * MiB) // len(item)) + item[:-1] + b"]}"
+
+    sent = client.generic("POST", "/api/projects/outages/items", body,
+                          content_type="application/x-www-form-urlencoded", **auth)
+    over = claimed(client, "/api/projects/outages/items", 9 * MiB, content_type="application/x-www-form-urlencoded",
+                   **auth)
+
+    assert sent.status_code == 201, sent.content[:300]
+    assert sent.json()["created"] == int(3.9 * MiB) // len(item) + 1
+    assert over.status_code == 413 and over.json() == {
+        "error": "This request is 9.0 MiB: a body of items may be at most 8.0 MiB (TC_API_ITEMS_MAX_BYTES). Nothing "
+                 "was read or kept."}

@@ -47,7 +47,8 @@ def test_the_api_answers_errors_in_json(client) -> None:
     response = client.get("/api/no-such-endpoint")
     assert response.status_code == 404
     assert response["Content-Type"] == "application/json"
-    assert json.loads(response.content) == {"error": "There is nothing at this address, or it is not yours to see."}
+    assert json.loads(response.content) == {
+        "error": 'no API address /api/no-such-endpoint (the README\'s "JSON API" lists them)'}
 
 
 def test_the_server_error_page_renders_without_a_request_context() -> None:

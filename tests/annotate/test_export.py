@@ -531,6 +531,13 @@ def test_an_export_names_too_many_item_ids() -> None:
     assert len(exports.validate_filters({"item_ids": list(range(1, 50_001))})["item_ids"]) == 50_000
 
 
+@pytest.mark.parametrize("wrong", [0, -3, 2**63, 10**23])
+def test_an_export_names_an_id_no_item_can_have(wrong: int) -> None:
+    """Beyond a 64-bit key the database raised OverflowError while counting the selection: a 500."""
+    with pytest.raises(ValueError, match=rf"^filters.item_ids: {wrong} is not an item id$"):
+        exports.validate_filters({"item_ids": [1, wrong]})
+
+
 def test_the_export_form_offers_each_reviewer_who_answered_once(project, answered, project_admin) -> None:
     from annotate.forms import ExportForm
 

@@ -132,6 +132,17 @@ def test_another_tools_files_and_oversize_weights_are_refused_at_once(client, pr
     assert not list((Path(settings.TC_ARTIFACT_DIR) / "model-uploads").glob("*/*"))
 
 
+def test_a_name_longer_than_a_version_keeps_is_refused_not_cut(project, project_admin, tmp_path) -> None:
+    """The API took any label and kept its first 200 characters without saying so."""
+    with pytest.raises(versions.UploadRefused, match="^label: at most 200 characters, got 201$"):
+        versions.upload_model(project, project_admin, *_files(_saved(tmp_path)).values(), label="x" * 201)
+    assert not ModelUpload.objects.exists()
+
+    upload = versions.upload_model(project, project_admin, *_files(_saved(tmp_path)).values(),
+                                   label="  from the lab\x00 " + " " * 200)
+    assert upload.label == "from the lab"  # spaces around it and NUL characters do not count
+
+
 def test_weights_that_lie_about_their_size_leave_nothing_behind(project, project_admin, tmp_path, settings) -> None:
     files = _files(_saved(tmp_path))
     settings.TC_MODEL_MAX_BYTES = files["weights"].size - 1
