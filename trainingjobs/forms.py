@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import forms
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.forms.models import model_to_dict
 
 from annotate import versions
@@ -23,6 +24,17 @@ SETTINGS = (
 )
 
 
+def bounded(field, **kwargs):
+    """The model field's form field, bounded by its validators as the model checks them: a PositiveIntegerField's
+    own form field says at least 0 (in its message and to the browser), where a minibatch needs 1."""
+    for validator in field.validators:
+        if isinstance(validator, MinValueValidator):
+            kwargs["min_value"] = max(kwargs.get("min_value", validator.limit_value), validator.limit_value)
+        elif isinstance(validator, MaxValueValidator):
+            kwargs["max_value"] = min(kwargs.get("max_value", validator.limit_value), validator.limit_value)
+    return field.formfield(**kwargs)
+
+
 class LaunchForm(forms.ModelForm):
     """Settings of a new job; initial values are the project tool kind's defaults (trainingjobs.defaults)."""
 
@@ -39,6 +51,7 @@ class LaunchForm(forms.ModelForm):
     class Meta:
         model = TrainingJob
         fields = SETTINGS
+        formfield_callback = bounded
         labels = {"lr": "Learning rate", "base_version": "Start from", "device": "Device"}
         widgets = {"lr": forms.NumberInput(attrs={"step": "any"}),
                    "held_out_fraction": forms.NumberInput(attrs={"step": "0.05"})}

@@ -138,6 +138,13 @@ class TrainingJob(models.Model):
 
     objects = TrainingJobQuerySet.as_manager()
 
+    @property
+    def attempt_started(self):
+        """When a worker took the job since it was last queued; None while it waits. After a resume the first
+        attempt's start (`started_at`) shown beside the new queueing time read as earlier than it."""
+        started = self.attempt_started_at
+        return started if started and (self.queued_at is None or started >= self.queued_at) else None
+
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["state", "lease_expires_at"], name="job_state_lease")]

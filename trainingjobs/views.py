@@ -137,7 +137,9 @@ def job_cancel(request, pk: int):
 @require_POST
 def job_resume(request, pk: int):
     job = _job(request, pk)
-    return _act(request, job, lambda: services.resume(job.pk), "Job queued again; it resumes from its checkpoint.")
+    checkpointed = (job.checkpoint_dir / "training.json").is_file()
+    resumes = "it resumes from its checkpoint" if checkpointed else "it starts from the beginning (no checkpoint yet)"
+    return _act(request, job, lambda: services.resume(job.pk), f"Job queued again; {resumes}.")
 
 
 @login_required
@@ -146,7 +148,7 @@ def job_continue(request, pk: int):
     job = _job(request, pk)
     form = ContinueForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Give a positive number of extra epochs.")
+        messages.error(request, "Give a whole number of more epochs, from 1 to 10,000.")
         return _act(request, job, None, "")
     extra = form.cleaned_data["extra_epochs"]
     return _act(request, job, lambda: services.continue_training(job.pk, extra), f"Training {extra} more epochs.")

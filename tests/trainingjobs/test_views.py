@@ -169,6 +169,30 @@ def _messages(page: str) -> str:
     return " ".join(re.sub(r"<[^>]+>", " ", region.group(1)).split())
 
 
+def test_a_setting_below_what_a_job_takes_is_named_with_its_real_bound_and_its_section_opens(
+        client, admin, project, reviewed) -> None:
+    """A positive-integer field offered 0 to the browser and said "greater than or equal to 0" for -1, though a
+    job needs 1; the error sat in the closed "More settings" section, so the page looked unchanged."""
+    client.force_login(admin)
+    url = reverse("trainingjobs:project_jobs", args=[project.slug])
+    page = client.get(url).content.decode()
+    assert re.search(r'name="minibatch_size" value="\d+" min="1"', page)
+    assert re.search(r'name="epochs" value="\d+" min="1" max="10000"', page)
+
+    for field, value in (("minibatch_size", -1), ("checkpoint_interval", 0), ("held_out_fraction", 1.5)):
+        response = client.post(url, {"base_version": project.current_version_id, **LAUNCH, field: value})
+
+        assert response.status_code == 400 and not TrainingJob.objects.exists()
+        more = re.search(r"<details( open)?>\s*<summary>More settings</summary>(.*?)</details>",
+                         response.content.decode(), re.S)
+        assert more.group(1) == " open", field
+        bound = "0.9" if field == "held_out_fraction" else "1"
+        assert f"greater than or equal to {bound}" in more.group(2) or f"less than or equal to {bound}" in more.group(
+            2), field
+    page = client.post(url, {"base_version": project.current_version_id, **LAUNCH, "epochs": 0}).content.decode()
+    assert "<details>\n        <summary>More settings</summary>" in page  # an error above it leaves it closed
+
+
 def _poll_values(page: str) -> dict:
     values = re.search(r"hx-vals='([^']*)'", page)
     return json.loads(html.unescape(values.group(1))) if values else {}
@@ -182,9 +206,31 @@ def test_resume_and_continue_requeue(client, admin, finished, monkeypatch) -> No
     assert response.status_code == 302
     assert TrainingJob.objects.get(pk=finished.pk).state == JobState.SUCCEEDED  # refused: nothing to resume
 
-    client.post(reverse("trainingjobs:continue", args=[finished.pk]), {"extra_epochs": 3})
+    refused = client.post(reverse("trainingjobs:continue", args=[finished.pk]), {"extra_epochs": 10_001}, **HTMX)
+    assert "Give a whole number of more epochs, from 1 to 10,000." in refused.content.decode()
+    response = client.post(reverse("trainingjobs:continue", args=[finished.pk]), {"extra_epochs": 3}, **HTMX)
     finished.refresh_from_db()
     assert finished.state == JobState.PENDING and finished.epochs == 5
+    page = response.content.decode()  # the heading above the status says how many epochs too
+    assert '<span id="job-epochs" hx-swap-oob="true">5 epochs</span>' in page
+    started = re.search(r'<span class="muted">Started</span> (\S+)</div>', page).group(1)
+    assert started == "-"  # queued again: its first attempt's start read as earlier than this queueing
+
+
+def test_resuming_a_job_cancelled_before_it_started_says_it_starts_over(client, admin, job, monkeypatch) -> None:
+    monkeypatch.setattr("trainingjobs.tasks.train_job.delay", lambda job_id: None)
+    services.cancel(job.pk)
+    client.force_login(admin)
+
+    page = client.post(reverse("trainingjobs:resume", args=[job.pk]), follow=True).content.decode()
+
+    assert "Job queued again; it starts from the beginning (no checkpoint yet)." in page
+
+    services.cancel(job.pk)
+    job.checkpoint_dir.mkdir(parents=True)
+    (job.checkpoint_dir / "training.json").write_text("{}")  # as a worker leaves it, stopped after a checkpoint
+    page = client.post(reverse("trainingjobs:resume", args=[job.pk]), follow=True).content.decode()
+    assert "Job queued again; it resumes from its checkpoint." in page
 
 
 def test_promote_makes_the_version_current_and_queues_repredicting(
