@@ -160,6 +160,7 @@ def checkpoint(directory: Path) -> dict:
     entry = manifest.get("tensors") if isinstance(manifest.get("tensors"), dict) else {}
     name = entry.get("file")
     present = isinstance(name, str) and "/" not in name and (directory / name).is_file()
+    on_disk = (directory / name).stat().st_size if present else None
     model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
     meta = model.get("tensors") if isinstance(model.get("tensors"), dict) else {}
     optimizer = manifest.get("optimizer") if isinstance(manifest.get("optimizer"), dict) else {}
@@ -178,6 +179,7 @@ def checkpoint(directory: Path) -> dict:
         "tensors_file": {
             "file": name,
             "present": present,
+            "bytes_on_disk": on_disk,
             "bytes": entry.get("bytes"),
             "sha256": entry.get("sha256"),
         },
@@ -301,9 +303,18 @@ def _render_checkpoint(s: dict) -> list[str]:
         f"  optimizer: {s['optimizer']['type']} lr {s['optimizer']['lr']}, state for {s['optimizer']['slots']} "
         "parameters",
         f"  tensors: {f['file']} ({_size(f['bytes']) if isinstance(f['bytes'], int) else '?'}, sha256 "
-        f"{str(f['sha256'])[:16]}...){'' if f['present'] else ' MISSING'}; {s['generations']} generation(s) on disk",
+        f"{str(f['sha256'])[:16]}...){_damage(f)}; {s['generations']} generation(s) on disk",
     ]
     return lines
+
+
+def _damage(f: dict) -> str:
+    """What is wrong with the tensors file at a glance; `validate` checks its content."""
+    if not f["present"]:
+        return " MISSING"
+    if f["bytes_on_disk"] != f["bytes"]:
+        return f" but {_size(f['bytes_on_disk'])} ON DISK: run tensorcode validate"
+    return ""
 
 
 def _render_tool(s: dict) -> list[str]:

@@ -126,7 +126,7 @@ def test_inspect_summarizes_experience_checkpoint_and_tool(workspace, trained, t
     assert "calls: 1" in experience and "loss decision.rank" in experience and "review:0/0" in experience
     assert "fingerprint decision:" in experience and "tensors: 1" in experience
     checkpoint = tensorcode("inspect", trained / "checkpoint", cwd=tmp_path).stdout
-    assert "run: step 6 of 6" in checkpoint and "torch.optim" in checkpoint
+    assert "run: step 6 of 6" in checkpoint and "torch.optim" in checkpoint and "ON DISK" not in checkpoint
     tool = json.loads(tensorcode("inspect", trained, "--json", cwd=tmp_path).stdout)
     assert tool["tool"] == "decision" and tool["fingerprint"].startswith("decision:")
     assert tool["weights"]["tensors"] > 0
@@ -316,6 +316,17 @@ def test_checkpoint_tensors_without_their_training_json_are_kept_not_started_ove
 
     assert status == 1 and "holds checkpoint tensors (tensors-" in err and "but no training.json" in err
     assert sorted(checkpoint.glob("tensors-*.safetensors")) == tensors  # a fresh run's saves deleted these
+
+
+def test_inspect_says_when_the_tensors_file_is_not_the_size_training_json_records(trained, tmp_path, capsys):
+    """It showed the recorded size of a truncated file, and nothing amiss."""
+    checkpoint = shutil.copytree(trained / "checkpoint", tmp_path / "checkpoint")
+    name = json.loads((checkpoint / "training.json").read_text())["tensors"]["file"]
+    (checkpoint / name).write_bytes(b"")
+
+    status, out, _ = _main(capsys, "inspect", checkpoint)
+
+    assert status == 0 and f"{name} (" in out and "but 0 bytes ON DISK: run tensorcode validate" in out, out
 
 
 def test_inspect_and_validate_take_the_folders_train_takes(workspace, tmp_path, capsys):
