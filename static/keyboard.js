@@ -429,6 +429,12 @@
       var split = document.querySelector('input[name="split"]');
       if (split) split.checked = true;
     }
+    // And the other way: a candidate picked (a number key, a click) is the answer instead of the split, which
+    // the server would otherwise send, dropping the pick it showed.
+    if (el.name === "choice" && el.checked) {
+      var splitting = el.form && el.form.querySelector('input[name="split"]');
+      if (splitting) splitting.checked = false;
+    }
     var fieldset = el.closest && el.closest("[data-needs-one].is-missing");
     if (fieldset && fieldset.querySelector("input:checked")) {
       fieldset.classList.remove("is-missing");

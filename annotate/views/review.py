@@ -129,7 +129,8 @@ def item_keep(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
             messages.error(request, reason)
         return redirect("item_detail", project.slug, item.pk)
     context = {"project": project, "item": item, "claim_expires_at": expires, "lease_lost": reason,
-               "lease_seconds_left": project.lease_seconds}
+               "lease_seconds_left": project.lease_seconds, "taken_back": bool(request.POST.get("taken_back"))
+               and not reason}
     return render(request, "annotate/_lease.html", context, status=409 if reason else 200)
 
 
@@ -283,7 +284,8 @@ def _workspace(request: HttpRequest, project: Project, item: Item, *, error: str
             read_only_reason = "This item is not assigned to you: review the next item to label."
     if answer is not None and answer.kind == "draft" and claim_expires is None and not error:
         notice = notice or ("Your earlier work on this item is kept as a draft; your claim on it has ended."
-                            + (" Submit it to take the item back, if a reviewer's place on it is still free."
+                            + (" Submit it, or press k, to take the item back, if a reviewer's place on it is still"
+                               " free."
                                if item.status == ItemStatus.READY else ""))
     context = {
         "project": project,

@@ -213,6 +213,44 @@ def test_submit_after_lease_expired_keeps_work_as_draft(client, project, reviewe
 
 
 @pytest.mark.django_db
+def test_k_takes_back_an_item_whose_lease_ended_under_a_draft(client, project, reviewer) -> None:
+    """The README promised `k` on a draft's page, which offered no Keep: its lease line had only ended."""
+    (first,) = ready_items(project, [0.1])
+    Claim.objects.create(item=first, reviewer=reviewer, expires_at=timezone.now() - timedelta(seconds=1))
+    queue.submit(first, reviewer, "dns")
+    client.force_login(reviewer)
+    page = client.get(reverse("item_detail", args=[project.slug, first.pk])).content.decode()
+    keep = reverse("item_keep", args=[project.slug, first.pk])
+    assert f'hx-post="{keep}"' in page and '<input type="hidden" name="taken_back" value="1">' in page
+    assert 'data-shortcut="k"' in page and "take the item back to finish your draft" in page
+
+    response = client.post(keep, {"taken_back": "1"}, **HX)
+
+    lease = response.content.decode()
+    assert response.status_code == 200 and "lease until" in lease
+    assert '<p id="item-notice" hx-swap-oob="delete"></p>' in lease  # "your claim on it has ended" is over
+    assert queue.holds_claim(first, reviewer)
+    assert Answer.objects.get(item=first).kind == AnswerKind.DRAFT  # still to be submitted
+
+
+@pytest.mark.django_db
+def test_the_shortcuts_listed_are_the_keys_the_page_answers(client, project, reviewer, second_reviewer) -> None:
+    """An item with no editor listed the editor's keys; an answered one left out the next item's arrow."""
+    first, second = ready_items(project, [0.1, 0.2])
+    assert queue.claim_next(project, second_reviewer) == first
+    client.force_login(reviewer)
+
+    not_theirs = client.get(reverse("item_detail", args=[project.slug, first.pk])).content.decode()
+    assert "This item is not assigned to you" in not_theirs
+    for key in ("choose a candidate", "<dd>submit</dd>", "<dd>skip (type", "keep this item longer", "<dd>next item<"):
+        assert key not in not_theirs, key
+    queue.submit(queue.claim_next(project, reviewer), reviewer, "dns")
+    answered = client.get(reverse("item_detail", args=[project.slug, second.pk])).content.decode()
+    assert "choose a candidate" in answered and "<dt><kbd>→</kbd></dt><dd>next item</dd>" in answered
+    assert "<dd>undo the last submission</dd>" in answered
+
+
+@pytest.mark.django_db
 def test_skipping_a_draft_left_by_an_ended_lease_takes_the_item_back_too(client, project, reviewer) -> None:
     (first,) = ready_items(project, [0.1])
     Claim.objects.create(item=first, reviewer=reviewer, expires_at=timezone.now() - timedelta(seconds=1))
@@ -237,7 +275,11 @@ def test_submitting_a_draft_again_when_another_reviewer_took_the_item_keeps_it_a
     client.force_login(reviewer)
 
     page = client.get(reverse("item_detail", args=[project.slug, first.pk])).content.decode()
-    assert "Submit it to take the item back, if a reviewer&#x27;s place on it is still free." in page
+    assert "Submit it, or press k, to take the item back, if a reviewer&#x27;s place on it is still free." in page
+    taken = client.post(reverse("item_keep", args=[project.slug, first.pk]), {"taken_back": "1"}, **HX)
+    lease = taken.content.decode()
+    assert taken.status_code == 409 and "Another reviewer took this item after your lease ended" in lease
+    assert 'hx-swap-oob="delete"' not in lease  # the notice stays: the item is not theirs
     response = client.post(reverse("item_submit", args=[project.slug, first.pk]), {"choice": "db", "reclaim": "1"},
                            **HX)
 

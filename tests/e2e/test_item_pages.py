@@ -94,6 +94,26 @@ def test_text_editor_shows_live_diff(page, reviewer) -> None:
     assert page.locator("#target-text").input_value() == "yes it is, up again"
 
 
+def test_a_candidate_picked_after_a_split_is_the_answer_instead(page, reviewer) -> None:
+    """`d`, a share, then a number key showed the pick and the ticked split together; the split was sent."""
+    project, item = sample_item(reviewer, "decision", "rank")
+    sign_in(page, "rita")
+    page.goto(f"{page.base_url}/projects/{project.slug}/items/{item.pk}/")
+
+    page.keyboard.press("d")
+    page.keyboard.type("1")  # `d` moves the focus to the first share
+    page.keyboard.press("Escape")
+    page.keyboard.press("2")
+
+    expect(page.locator("input[name=split]")).not_to_be_checked()
+    page.keyboard.press("Enter")
+    expect(page.locator("#messages")).to_contain_text("Submitted")
+    assert Answer.objects.get().target == "dns"
+    page.keyboard.press("b")
+    expect(page.locator("input[name=choice][value=dns]")).to_be_checked()
+    expect(page.locator("input[name=split]")).not_to_be_checked()
+
+
 # -- options past the ninth: keys of two digits ----------------------------------------------------------------
 def _twelve(tool: str, mode: str) -> dict:
     """The sample with 12 candidates (plans, documents): the keys run 1 to 12."""
