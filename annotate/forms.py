@@ -538,7 +538,7 @@ def parse_target(mode: str, data, inputs: Any, receipt: dict | None) -> Any:
     if editor == "choice":
         options = display.choices(inputs, receipt)
         if data.get("split"):
-            shares = [_number(data.get(f"share-{i}"), f"share of {o['text'] or o['id']}", default=0.0)
+            shares = [_number(data.get(f"share-{i}"), f"share of {_option(o)}", default=0.0)
                       for i, o in enumerate(options)]
             if any(s < 0 for s in shares):
                 raise ValidationError("Shares cannot be negative.")
@@ -574,7 +574,7 @@ def parse_target(mode: str, data, inputs: Any, receipt: dict | None) -> Any:
     if editor == "outcome":
         options = display.choices(inputs, receipt)
         if data.get("scope") == "all":
-            return [_number(data.get(f"outcome-{i}"), f"outcome of {o['text'] or o['id']}")
+            return [_number(data.get(f"outcome-{i}"), f"outcome of {_option(o)}")
                     for i, o in enumerate(options)]
         plan = data.get("plan")
         if not plan:
@@ -586,6 +586,11 @@ def parse_target(mode: str, data, inputs: Any, receipt: dict | None) -> Any:
     if text is None:
         raise ValidationError("Write the reviewed text.")
     return text.replace("\r\n", "\n")
+
+
+def _option(option: dict) -> str:
+    """An option as a message names it: its text ends in a full stop of its own, which the message adds."""
+    return (option["text"] or option["id"]).rstrip(".")
 
 
 def _number(value: Any, what: str, default: float | None = None) -> float:

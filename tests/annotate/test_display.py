@@ -129,3 +129,13 @@ def test_parse_target_says_what_is_missing(mode, post, message) -> None:
 
     with pytest.raises(ValidationError, match=message):
         parse_target(mode, QueryDict(post), data["inputs"], data["receipt"])
+
+
+def test_a_plan_whose_text_ends_its_sentence_is_named_with_one_full_stop() -> None:
+    data = sample("planner", "outcomes")
+    data["inputs"]["plans"][1]["text"] = "Restart the workers."
+
+    with pytest.raises(ValidationError) as refused:
+        parse_target("outcomes", QueryDict("scope=all&outcome-0=1"), data["inputs"], data["receipt"])
+
+    assert refused.value.messages == ["Enter the outcome of Restart the workers."]

@@ -174,7 +174,7 @@ def test_two_reviewers_disagree_and_the_admin_adjudicates_with_the_keyboard(team
     admin.locator("#disagreements-empty").wait_for()
     admin.screenshot(path=str(artifacts / "disagreements-none-open.png"), full_page=True)
     admin.get_by_role("link", name="All, adjudicated too").click()
-    admin.get_by_text("Written by the admin").wait_for()
+    admin.get_by_text("Written by ada").wait_for()
     admin.screenshot(path=str(artifacts / "disagreements-all.png"), full_page=True)
 
     # The export carries the adjudicated target for the disputed item, the reviewers' answers for the other.
