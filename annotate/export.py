@@ -361,7 +361,9 @@ def _write_files(export: Export, partial: Path, token: str) -> dict:
         "project": project.slug,
         "tool": project.tool,
         "mode": project.mode,
-        "configuration": project.configuration,
+        # The files bind to the tool that captured them (the current version's); the project's configuration is
+        # only where a fresh tool starts, and may have been changed since that version was made.
+        "configuration": trainer.tool.configuration() if experience else project.configuration,
         "model_version": version.pk if version else None,
         "filters": export.filters,
         "minibatch_size": export.minibatch_size,

@@ -134,6 +134,25 @@ def test_experience_export_loads_with_the_projects_tool_and_keeps_every_source(
     assert len(losses) == 3
 
 
+def test_the_manifest_names_the_configuration_its_files_bind_to(project, project_admin, answered) -> None:
+    """The project's configuration changed after its model was made: the README's loading recipe, building the
+    tool from the manifest, failed on a fingerprint mismatch."""
+    from tensorcode import tools
+
+    made_with = tooling.trainer_for(project.current_version).tool.configuration()
+    project.configuration = {**project.configuration, "dim": made_with["dim"] * 2}
+    project.save(update_fields=["configuration"])
+    export = exports.create_export(project, project_admin, enqueue=False)
+    assert tasks.run_export(export.pk) == ExportState.SUCCEEDED
+
+    manifest = json.loads((export.directory / "manifest.json").read_text())
+    assert manifest["configuration"] == made_with
+    tool = tools.create(manifest["tool"], mode=manifest["mode"], **manifest["configuration"])
+    trainer = training.Trainer.from_tool(tool)
+    for entry in manifest["files"]:
+        training.load_experience(export.directory / entry["name"], operations=trainer.operations)
+
+
 def test_export_writes_flat_jsonl_and_an_archive(project, project_admin, answered) -> None:
     export = exports.create_export(project, project_admin, format=ExportFormat.JSONL, enqueue=False)
 
