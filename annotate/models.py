@@ -54,6 +54,11 @@ class ProjectQuerySet(LockingQuerySet):
         return self.filter(memberships__user=user, memberships__role=Role.ADMIN)
 
 
+MAX_LEASE_SECONDS = 7 * 24 * 3600
+# Addresses under projects/ that are not a project's: a project of that slug could never be opened.
+RESERVED_SLUGS = frozenset({"new"})
+
+
 class Project(models.Model):
     """One tool kind and mode, the model version that predicts for it, and the items reviewers label."""
 
@@ -71,8 +76,9 @@ class Project(models.Model):
         help_text="How many reviewers label each item. Raised, finished items go back to the queue for the answers "
                   "they lack (adjudicated ones stay finished); lowered, items with enough answers are finished.",
     )
-    lease_seconds = models.PositiveIntegerField(
-        default=600, validators=[MinValueValidator(10)], help_text="How long a claim on an item lasts."
+    lease_seconds = models.PositiveIntegerField(  # at most a week: a longer one overflowed the claim's expiry
+        default=600, validators=[MinValueValidator(10), MaxValueValidator(MAX_LEASE_SECONDS)],
+        help_text="How long a claim on an item lasts.",
     )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -107,6 +113,8 @@ class Project(models.Model):
         except ValueError as exc:
             raise ValidationError({"mode": str(exc)}) from exc
         errors = {}
+        if self.slug in RESERVED_SLUGS:
+            errors["slug"] = f"{self.slug!r} is part of the site's addresses (projects/{self.slug}/); choose another."
         try:  # every submit, import and model of the project reads it: Django's admin checks it as the site does
             tooling.check_configuration(self.tool, self.mode, self.configuration)
         except (ValueError, TypeError) as exc:

@@ -120,10 +120,11 @@ def member_add(request: HttpRequest, slug: str) -> HttpResponse:
         return render(request, "annotate/project_form.html",
                       _settings_context(request, project, member_form=form), status=409)
     names = [user.get_username() for user in users + created]
+    label = Role(role).label.lower()  # "project admin", "reviewer"
     if len(names) == 1:
-        messages.success(request, f"{names[0]} is now a {role} of {project.name}.")
+        messages.success(request, f"{names[0]} is now a {label} of {project.name}.")
     else:
-        messages.success(request, f"{len(names):,} users are now {role}s of {project.name}: {', '.join(names)}.")
+        messages.success(request, f"{len(names):,} users are now {label}s of {project.name}: {', '.join(names)}.")
     if created:
         return _links_page(request, project, created, new=True)
     return redirect("project_settings", slug=project.slug)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
@@ -357,6 +358,24 @@ def test_project_create_rejects_bad_configuration_with_the_field_named(client, d
 
 
 @pytest.mark.django_db
+def test_project_create_refuses_a_slug_the_sites_addresses_take_and_a_lease_past_a_week(client,
+                                                                                       django_user_model) -> None:
+    """A project called `new` was created, and projects/new/ is the new project form: it could not be opened. A
+    lease of 10^14 seconds was kept, and claiming then overflowed (a 500 for every reviewer)."""
+    staff = django_user_model.objects.create_user("sue", password="x", is_staff=True, is_superuser=True)
+    client.force_login(staff)
+
+    response = client.post(reverse("project_create"), {
+        "name": "New", "slug": "new", "kind": "decision/rank", "overlap": 1, "lease_seconds": 10**14})
+
+    assert response.status_code == 200
+    page = html.unescape(response.content.decode())
+    assert "'new' is part of the site's addresses (projects/new/); choose another." in page
+    assert "Ensure this value is less than or equal to 604800." in page
+    assert not Project.objects.exists()
+
+
+@pytest.mark.django_db
 def test_project_create_with_a_kind_not_offered_says_so_on_that_field(client, django_user_model) -> None:
     """The model's own tool and mode check must not crash the form, which has no "mode" field to file it under."""
     staff = django_user_model.objects.create_user("sue", password="x", is_staff=True, is_superuser=True)
@@ -600,8 +619,9 @@ def test_an_admin_adds_a_team_at_once_and_an_unknown_name_adds_nobody(client, pr
     assert set(project.memberships.filter(role=Role.REVIEWER).values_list("user__username", flat=True)) >= {
         "tom", "uma", "vic", "rita"}
 
-    client.post(url, {"username": "uma", "role": "admin"})
+    page = client.post(url, {"username": "uma", "role": "admin"}, follow=True)
     assert project.memberships.get(user__username="uma").role == Role.ADMIN
+    assert "uma is now a project admin of Outages." in page.content.decode()  # it said "a admin"
     assert client.post(url, {"username": " , ", "role": "reviewer"}).status_code == 400
 
 
