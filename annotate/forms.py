@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models.functions import Lower
 from django.forms.models import model_to_dict
 from django.template.defaultfilters import pluralize, truncatechars
 from django.utils import timezone
@@ -66,10 +67,11 @@ class SettingsMerge:
         shown = {**now, **self._shown()}  # a setting the form has no record of: overwritten, as it used to be
         changed = [f for f in self.SETTINGS if ours[f] != shown[f]]
         conflicts = [f for f in changed if now[f] not in (shown[f], ours[f])]
+        kept = [f for f in self.SETTINGS if f not in changed and now[f] != shown[f]]
         if conflicts:
-            self._conflict(conflicts, theirs, now)
+            self._conflict(conflicts, theirs, now, kept)
             return None
-        return changed, [f for f in self.SETTINGS if f not in changed and now[f] != shown[f]]
+        return changed, kept
 
     def kept_words(self, kept: list[str]) -> str:
         words = get_text_list([self.SETTING_WORDS[f] for f in kept], "and")
@@ -84,7 +86,9 @@ class SettingsMerge:
             return {}
         return {name: digest for name, digest in shown.items() if name in self.SETTINGS and isinstance(digest, str)}
 
-    def _conflict(self, fields: list[str], theirs: dict, stored: dict) -> None:
+    def _conflict(self, fields: list[str], theirs: dict, stored: dict, kept: list[str]) -> None:
+        """`kept`: settings only the other admin changed. The form shows their values from now on: it counts as
+        shown from now, so a value left as it was would read as this admin's change and undo theirs."""
         for name in fields:
             value = theirs[name]
             now = json.dumps(value, indent=1) if name == "configuration" else str(value)
@@ -92,9 +96,13 @@ class SettingsMerge:
             self.add_error(name, f"Another admin changed this since you opened the page; it now holds {now}. "
                                  f"Save again to replace it with yours.")
         self.add_error(None, "Nothing was saved: another admin saved these settings since you opened the page. "
-                             "Your changes are still in the form.")
+                             "Your changes are still in the form." + (f" It now shows what they saved of "
+                             f"{get_text_list([self.SETTING_WORDS[f] for f in kept], 'and')}." if kept else ""))
         self.data = self.data.copy()
         self.data["loaded"] = json.dumps(stored)
+        for name in kept:
+            value = theirs[name]
+            self.data[name] = json.dumps(value, indent=1) if name == "configuration" else str(value)
 
 
 class ProjectForm(SettingsMerge, forms.ModelForm):
@@ -258,6 +266,14 @@ class MemberForm(forms.Form):
             self.add_error("username", f"{_listed(inactive)}: deactivated; nobody was added.")
             return cleaned
         missing = [name for name in names if name not in existing]
+        # Usernames are case-sensitive: "Reviewer" would be created beside "reviewer", one person with two accounts.
+        same = dict(model.objects.annotate(folded=Lower(model.USERNAME_FIELD))
+                    .filter(folded__in={name.lower() for name in missing})
+                    .values_list("folded", model.USERNAME_FIELD))
+        near = [f"{name!r} (did you mean {same[name.lower()]!r}?)" for name in missing if name.lower() in same]
+        if near:
+            self.add_error("username", f"No user named {', '.join(near[:10])}; nobody was added.")
+            return cleaned
         if missing and not cleaned.get("create"):
             hint = " Tick \u201cCreate accounts\u201d to create them." if "create" in self.fields else (
                 " Ask a site administrator to create their accounts.")

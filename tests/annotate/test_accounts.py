@@ -83,6 +83,23 @@ def test_unknown_names_need_the_box_ticked_and_impossible_names_create_nobody(cl
 
 
 @pytest.mark.django_db
+def test_a_name_that_differs_from_an_account_only_in_case_is_not_a_new_account(client, project, site_admin,
+                                                                                reviewer, django_user_model) -> None:
+    """`Rita` with Create accounts ticked made a second account beside `rita`: one person, two sign-ins."""
+    client.force_login(site_admin)
+    url = reverse("member_add", args=[project.slug])
+
+    for data in ({"username": "Rita carol", "role": "reviewer", "create": "on"},
+                 {"username": "RITA", "role": "reviewer"}):
+        refused = client.post(url, data)
+        assert refused.status_code == 400
+        name = data["username"].split()[0]
+        assert (f"No user named &#x27;{name}&#x27; (did you mean &#x27;rita&#x27;?); nobody was added."
+                in refused.content.decode())
+    assert not django_user_model.objects.filter(username__in=["Rita", "RITA", "carol"]).exists()
+
+
+@pytest.mark.django_db
 def test_a_member_who_lost_their_link_gets_a_new_one_and_their_password_works_until_then(
         client, project, site_admin, reviewer) -> None:
     client.force_login(site_admin)

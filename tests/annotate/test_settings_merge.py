@@ -82,6 +82,31 @@ def test_a_setting_both_admins_changed_differently_is_refused_and_the_second_sav
 
 
 @pytest.mark.django_db
+def test_a_refused_save_shows_what_the_other_admin_alone_changed_and_saving_again_keeps_it(
+        client, project, project_admin, second_admin) -> None:
+    """The form shown again after a conflict kept the old lease while counting the other admin's as shown:
+    saving again put the old lease back, undoing theirs without a word."""
+    client.force_login(project_admin)
+    ada = _form_as_shown(client, project)
+    client.force_login(second_admin)
+    bea = _form_as_shown(client, project)
+    client.force_login(project_admin)
+    _save(client, project, {**ada, "lease_seconds": 300, "overlap": 2})
+
+    client.force_login(second_admin)
+    response = _save(client, project, {**bea, "overlap": 4})
+
+    assert response.status_code == 409
+    assert "It now shows what they saved of the lease." in response.content.decode()
+    form = response.context["form"]
+    again = {name: form[name].value() for name in bea}
+    assert (int(again["lease_seconds"]), int(again["overlap"])) == (300, 4)
+    assert _save(client, project, again).status_code == 200
+    project.refresh_from_db()
+    assert (project.lease_seconds, project.overlap) == (300, 4)
+
+
+@pytest.mark.django_db
 def test_both_admins_making_the_same_change_is_no_conflict(client, project, project_admin, second_admin) -> None:
     client.force_login(project_admin)
     ada = _form_as_shown(client, project)
