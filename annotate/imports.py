@@ -66,6 +66,9 @@ def max_api_items_bytes() -> int:
     return min(int(getattr(settings, "TC_API_ITEMS_MAX_BYTES", 8 * 1024 * 1024)), max_upload_bytes())
 
 
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, which Windows editors write at the start of a file
+
+
 def import_jsonl(project: Project, stream: IO[bytes] | Iterable[bytes], *, max_bytes: int | None = None,
                  predict: bool = True) -> ImportResult:
     """Validate a JSONL file of `{"inputs": ...}` lines and import it whole, or raise `ImportRejected`.
@@ -79,6 +82,8 @@ def import_jsonl(project: Project, stream: IO[bytes] | Iterable[bytes], *, max_b
     lines = _lines(stream, max_upload_bytes() if max_bytes is None else max_bytes)
     with transaction.atomic():
         for number, raw in enumerate(lines, start=1):
+            if number == 1:
+                raw = raw.removeprefix(BOM)
             if not raw.strip():
                 continue
             try:

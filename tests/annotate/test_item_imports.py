@@ -34,6 +34,17 @@ def test_import_creates_pending_items_and_queues_predictions(project, django_cap
     assert sent == [(project.pk, result.item_ids, None)]
 
 
+def test_a_file_a_windows_editor_saved_with_a_byte_order_mark_imports(project) -> None:
+    """Notepad begins UTF-8 with a byte-order mark: the first line was refused as "Unexpected UTF-8 BOM"."""
+    good = {"inputs": {"question": "q", "evidence": [], "hypotheses": [{"id": "x", "text": "one"}]}}
+    marked = io.BytesIO(imports.BOM + _jsonl(good, good).getvalue())
+
+    assert imports.import_jsonl(project, marked, predict=False).count == 2
+    with pytest.raises(imports.ImportRejected) as caught:  # only at the start of the file
+        imports.import_jsonl(project, io.BytesIO(_jsonl(good).getvalue() + imports.BOM + b"{}\n"), predict=False)
+    assert caught.value.errors[0].startswith("line 2: not valid JSON")
+
+
 def test_import_reports_bad_json_with_line_number_and_imports_nothing(project) -> None:
     good = {"inputs": {"question": "q", "evidence": [], "hypotheses": [{"id": "x", "text": "one"}]}}
 
