@@ -34,7 +34,8 @@ _MAX_ATTEMPTS = 20  # candidates tried per claim when others take them concurren
 
 LEASE_LOST = (
     "Your claim on this item expired or another reviewer took it, so your answer was not submitted. "
-    "It is kept as a draft: submit again to take the item back, if a reviewer's place on it is still free."
+    "It is kept as a draft: submit again, or press k, to take the item back, if a reviewer's place on it is still "
+    "free."
 )
 FINISHED_MEANWHILE = (
     "This item was finished while you worked on it (it has every answer its project's overlap asks for), so your "

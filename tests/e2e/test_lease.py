@@ -4,7 +4,10 @@ while no other reviewer has it."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from annotate.models import Answer, AnswerKind
 from tests.e2e.conftest import PASSWORD, sign_in
@@ -42,6 +45,35 @@ def test_the_lease_is_counted_down_and_an_answer_after_it_is_a_draft(page, artif
     press_and_wait_for_next(page, "Enter")
     answer.refresh_from_db()
     assert answer.kind == AnswerKind.TARGET
+
+
+def test_k_takes_back_the_item_of_a_draft_kept_after_its_lease_ended(page, artifacts, django_user_model) -> None:
+    """The README's `k` on a draft's page did nothing: its lease line had no Keep."""
+    from annotate.models import Claim
+
+    rita = django_user_model.objects.create_user("rita", password=PASSWORD)
+    project = predicted_project("decision", "rank", rita)
+    sign_in(page, "rita")
+    start_reviewing(page, project)
+    item = current_item(page)
+    Claim.objects.filter(reviewer=rita).update(expires_at=timezone.now() - timedelta(seconds=1))
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+    page.locator("#editor-error").get_by_text("submit again, or press k, to take the item back").wait_for()
+    shortcuts = page.locator(".shortcuts")
+    assert shortcuts.get_by_text("take the item back to finish your draft").is_visible()
+    assert not shortcuts.get_by_text("keep this item longer").is_visible()
+    page.screenshot(path=artifacts / "3-draft-take-back.png")
+
+    page.keyboard.press("k")
+
+    page.locator("#lease [data-lease-text]").get_by_text("lease until").wait_for()
+    assert Claim.objects.get(item_id=item, reviewer=rita).expires_at > timezone.now()
+    assert page.locator("#editor-error").inner_text() == ""  # what said the lease had ended is gone
+    assert shortcuts.get_by_text("keep this item longer").is_visible()
+    assert not shortcuts.get_by_text("take the item back to finish your draft").is_visible()
+    press_and_wait_for_next(page, "Enter")
+    assert Answer.objects.get(item_id=item, reviewer=rita).kind == AnswerKind.TARGET
 
 
 def _keep_requests(page) -> list[int]:
@@ -118,14 +150,14 @@ def test_an_item_that_can_no_longer_be_kept_says_why_in_place(page, artifacts, d
     Claim.objects.filter(item_id=item, reviewer=rita).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert queue.claim_next_id(project, sam) == item
 
-    assert page.locator(".shortcuts dt.keep-key").is_visible()
+    assert page.locator(".shortcuts dt.keep-longer").is_visible()
     page.keyboard.press("k")
     said = page.locator("#lease[role=status]")
     said.get_by_text("Another reviewer took this item after your lease ended").wait_for()
     assert said.inner_text().endswith("an answer you give now is kept as a draft.")
     assert page.locator("#workspace").get_attribute("data-item") == str(item)  # nothing else on the page moved
     assert page.locator("#messages [role=alert]").count() == 0  # said where the lease was, not as an error
-    assert not page.locator(".shortcuts dt.keep-key").is_visible()  # k no longer listed: there is nothing to keep
+    assert not page.locator(".shortcuts dt.keep-longer").is_visible()  # k no longer listed: there is nothing to keep
     page.screenshot(path=artifacts / "5-not-kept.png")
     assert not queue.holds_claim(project.items.get(), rita)
 
