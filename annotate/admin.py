@@ -13,7 +13,9 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpResponseRedirect, QueryDict
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from annotate import accounts, deletion, imports, queue, versions
@@ -326,11 +328,28 @@ class ModelVersionAdmin(DeletedThroughService, NotAddedHere, admin.ModelAdmin):
         return [field.name for field in ModelVersion._meta.fields if field.name != "label" and not field.primary_key]
 
 
+class ItemAdminForm(forms.ModelForm):
+    def clean(self) -> dict:
+        """An item added here is checked as an import checks each line: inputs the tool would refuse were kept
+        (`"garbage"`, ready for review with no prediction)."""
+        data = super().clean()
+        project = data.get("project")
+        if self.instance.pk is None and project is not None and "inputs" in data:
+            from annotate import imports
+
+            try:
+                data["inputs"] = imports.validate_record(project, {"inputs": data["inputs"]})
+            except ValueError as exc:
+                self.add_error("inputs", str(exc))
+        return data
+
+
 @admin.register(Item)
 class ItemAdmin(admin.ModelAdmin):
     list_display = ["id", "project", "status", "confidence", "final_answers", "disagreement", "claimed_by",
                     "claim_expires_at"]
     list_filter = ["status", "disagreement", "project"]
+    form = ItemAdminForm
     list_select_related = ["project", "claimed_by"]
     raw_id_fields = ["project", "prediction", "claimed_by"]
     show_full_result_count = False
@@ -339,7 +358,19 @@ class ItemAdmin(admin.ModelAdmin):
         """An item stays in its project: its answers, claims, predictions and sources all name that project. Its
         inputs are what was predicted and answered; its count of final answers (the overlap reads it) and who
         holds it (its claims' mirror) are the queue's, kept with its answers and claims."""
-        return ["project", "inputs", "final_answers", "claimed_by", "claim_expires_at"] if obj is not None else []
+        if obj is None:  # added: waits for its first prediction, as an imported item does
+            return ["status", "prediction", "confidence", "final_answers", "claimed_by", "claim_expires_at",
+                    "disagreement", "created_at"]
+        # Its prediction and confidence are its model's: a prediction of another project's item was accepted, and
+        # a confidence of 7. Its status stays editable, a repair by hand.
+        return ["project", "inputs", "prediction", "confidence", "final_answers", "claimed_by", "claim_expires_at"]
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        if not change:  # predicted by the project's model, as an imported item is
+            from annotate import tasks
+
+            tasks.enqueue_predictions(obj.project, [obj.pk])
 
     def get_deleted_objects(self, objs, request):
         """A count per kind of row, as the site's delete page shows, instead of a line per row: Django's collector
@@ -433,10 +464,21 @@ class AnswerRevisionAdmin(ViewOnly, admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(NotAddedHere, admin.ModelAdmin):
+    """Tokens are issued by `manage.py create_api_token`, which shows the key once: a row added here had no key
+    (and a second one broke the unique key hash). Revoked here, one by one or with the list's action."""
+
     list_display = ["prefix", "name", "user", "project", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["name", "user__username", "prefix"]
     raw_id_fields = ["user", "project"]
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request, queryset) -> None:
+        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {revoked} token{pluralize(revoked)}: requests with "
+                                   f"{'them' if revoked != 1 else 'it'} now get 401.")
 
     def get_readonly_fields(self, request, obj=None):
         """Whose the token is and which project it reaches are fixed once made (the key was handed to that user
@@ -536,7 +578,22 @@ class ItemDeletionAdmin(DeletedThroughService, Shown, admin.ModelAdmin):
 
 class UserAdmin(auth_admin.UserAdmin):
     """Django's, but unticking "Active" is `accounts.deactivate`, as the members list's Deactivate: the items the
-    user held go back to their queues at once instead of when their leases end."""
+    user held go back to their queues at once instead of when their leases end. The site's account rules hold here
+    too (`accounts.may_switch`): a superuser's account is changed only by a superuser, who alone makes one, and
+    nobody deactivates their own."""
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        if obj is not None and obj.is_superuser and not request.user.is_superuser:
+            return False  # shown, not changed; its password page refuses too
+        return super().has_change_permission(request, obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if not request.user.is_superuser:
+            fields += ["is_superuser", "user_permissions", "groups"]
+        if obj is not None and obj.pk == request.user.pk:
+            fields.append("is_active")
+        return fields
 
     def save_model(self, request, obj, form, change) -> None:
         super().save_model(request, obj, form, change)

@@ -25,19 +25,24 @@ class TrainingJobAdmin(DeletedThroughService, Shown, admin.ModelAdmin):
 
     @admin.action(description="Cancel the selected jobs")
     def cancel_jobs(self, request, queryset):
-        for job in queryset:
-            try:
-                services.cancel(job.pk)
-            except services.JobActionError as exc:
-                self.message_user(request, f"Job {job.pk}: {exc}", messages.WARNING)
+        self._each(request, queryset, services.cancel, "cancel requested for")
 
     @admin.action(description="Resume the selected cancelled or failed jobs")
     def resume_jobs(self, request, queryset):
+        self._each(request, queryset, services.resume, "queued again:")
+
+    def _each(self, request, queryset, action, done: str) -> None:
+        """`action` on each job; what went through is said too, not only the refusals."""
+        acted = []
         for job in queryset:
             try:
-                services.resume(job.pk)
+                action(job.pk)
             except services.JobActionError as exc:
                 self.message_user(request, f"Job {job.pk}: {exc}", messages.WARNING)
+            else:
+                acted.append(str(job.pk))
+        if acted:
+            self.message_user(request, f"{done.capitalize()} job{'s' if len(acted) > 1 else ''} {', '.join(acted)}.")
 
 
 @admin.register(LossPoint)

@@ -5,6 +5,7 @@ mails links, tests/annotate/test_account_email.py)."""
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.core import mail
 from django.test import Client
 from django.urls import reverse
@@ -370,6 +371,28 @@ def test_a_site_admin_deactivates_someone_who_left_and_reactivates_them(client, 
     assert f"{reviewer.username}&#x27;s account is active again" in back
     assert Client().login(username=reviewer.username, password="a-long-password")
     assert Client().get(reverse("api:projects"), HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+    # Their old browser stays signed out: its session signed them in again once they were active.
+    assert their_browser.get(reverse("home")).status_code == 302
+
+
+@pytest.mark.django_db
+def test_djangos_admin_keeps_the_sites_account_rules(client, site_admin, django_user_model) -> None:
+    """Staff who may change users could untick their own Active (locked out at once), and change a superuser's
+    account, password and superuser status there, which the site refuses."""
+    site_admin.is_staff = True
+    site_admin.save(update_fields=["is_staff"])
+    site_admin.user_permissions.add(*Permission.objects.filter(codename__in=["view_user"]))
+    boss = django_user_model.objects.create_superuser("boss", password="a-long-password")
+    client.force_login(site_admin)
+
+    own = client.get(reverse("admin:auth_user_change", args=[site_admin.pk])).content.decode()
+    assert 'name="is_active"' not in own and 'name="is_superuser"' not in own
+    assert 'name="username"' in own  # the rest of their own account is theirs to change
+    assert 'name="is_active"' not in client.get(reverse("admin:auth_user_change", args=[boss.pk])).content.decode()
+    assert client.post(reverse("admin:auth_user_change", args=[boss.pk]), {"username": "boss2"}).status_code == 403
+    assert client.get(reverse("admin:auth_user_password_change", args=[boss.pk])).status_code == 403
+    boss.refresh_from_db()
+    assert boss.username == "boss" and boss.is_active
 
 
 @pytest.mark.django_db

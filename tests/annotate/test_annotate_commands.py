@@ -95,6 +95,11 @@ def test_create_api_token_limits_to_a_project_of_the_user(project, outsider) -> 
         _run("create_api_token", "olga", "--project", "outages")
     with pytest.raises(CommandError, match="no user"):
         _run("create_api_token", "ghost")
+    outsider.is_active = False
+    outsider.save(update_fields=["is_active"])
+    with pytest.raises(CommandError, match="olga's account is deactivated; reactivate it first"):
+        _run("create_api_token", "olga")
+    assert not ApiToken.objects.exists()
 
 
 def test_register_model_version_stores_a_copy_and_can_make_it_current(project, tmp_path: Path) -> None:

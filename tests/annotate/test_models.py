@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from annotate import queue, storage
-from annotate.models import ApiToken, ModelVersion, Project
+from annotate.models import ApiToken, ItemStatus, ModelVersion, Project
 from tests.annotate.conftest import make_ready_items, project_admin_form
 
 pytestmark = pytest.mark.django_db
@@ -208,3 +209,37 @@ def test_the_django_admin_keeps_an_item_in_its_project(admin_client, project) ->
                    for name in ("inputs", "final_answers", "claimed_by", "claim_expires_at_0"))
     assert b'name="status"' in page.content  # a repair by hand stays possible
     assert b'name="project"' in admin_client.get(reverse("admin:annotate_item_add")).content
+    # Its prediction and confidence are its model's: another project's prediction and a confidence of 7 were kept.
+    assert b'name="prediction"' not in page.content and b'name="confidence"' not in page.content
+
+
+def test_an_item_added_in_the_django_admin_is_checked_as_an_import_and_predicted(
+        admin_client, project, django_capture_on_commit_callbacks, monkeypatch) -> None:
+    sent = []
+    monkeypatch.setattr("annotate.tasks.predict_items.delay", lambda *args: sent.append(args))
+    url = reverse("admin:annotate_item_add")
+
+    refused = admin_client.post(url, {"project": project.pk, "inputs": '"garbage"'})
+    assert refused.status_code == 200 and b"errorlist" in refused.content and not project.items.exists()
+    good = {"question": "q", "evidence": [], "hypotheses": [{"id": "x", "text": "one"}]}
+    with django_capture_on_commit_callbacks(execute=True):
+        added = admin_client.post(url, {"project": project.pk, "inputs": json.dumps(good)})
+
+    assert added.status_code == 302
+    item = project.items.get()
+    assert item.status == ItemStatus.PENDING and sent == [(project.pk, [item.pk], None)]
+
+
+def test_api_tokens_are_issued_by_the_command_and_revoked_in_the_django_admin(admin_client, project) -> None:
+    """A token added in the admin had no key, and a second one broke the unique key hash (a 500)."""
+    from django.test import Client
+
+    token, key = ApiToken.objects.issue(project.memberships.first().user, name="laptop")
+    assert admin_client.get(reverse("admin:annotate_apitoken_add")).status_code == 403
+    assert Client().get(reverse("api:projects"), HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+
+    page = admin_client.post(reverse("admin:annotate_apitoken_changelist"),
+                             {"action": "revoke", "_selected_action": [token.pk]}, follow=True)
+
+    assert "Revoked 1 token: requests with it now get 401." in page.content.decode()
+    assert Client().get(reverse("api:projects"), HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 401

@@ -396,6 +396,12 @@ def test_the_django_admin_shows_jobs_but_launches_none(admin_client, job) -> Non
     listing = admin_client.get(reverse("admin:trainingjobs_trainingjob_changelist")).content.decode()
     assert f"/admin/trainingjobs/trainingjob/{job.pk}/change/" in listing and "/trainingjob/add/" not in listing
 
+    changelist = reverse("admin:trainingjobs_trainingjob_changelist")
+    page = admin_client.post(changelist, {"action": "cancel_jobs", "_selected_action": [job.pk]}, follow=True)
+    assert f"Cancel requested for job {job.pk}." in page.content.decode()  # it said nothing when it worked
+    page = admin_client.post(changelist, {"action": "resume_jobs", "_selected_action": [job.pk]}, follow=True)
+    assert f"Queued again: job {job.pk}." in page.content.decode()
+
 
 def test_promoting_a_version_deleted_meanwhile_says_so_and_changes_nothing(client, admin, project,
                                                                           monkeypatch) -> None:

@@ -23,6 +23,8 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user {username!r}")
+        if not user.is_active:  # its key would answer 401 from the first request
+            raise CommandError(f"{username}'s account is deactivated; reactivate it first")
         scope = None
         if project is not None:
             scope = Project.objects.filter(slug=project).first()
