@@ -335,8 +335,6 @@ class ItemAdminForm(forms.ModelForm):
         data = super().clean()
         project = data.get("project")
         if self.instance.pk is None and project is not None and "inputs" in data:
-            from annotate import imports
-
             try:
                 data["inputs"] = imports.validate_record(project, {"inputs": data["inputs"]})
             except ValueError as exc:
