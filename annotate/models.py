@@ -391,7 +391,8 @@ class Claim(models.Model):
         indexes = [models.Index(fields=["reviewer", "expires_at"], name="claim_reviewer_expiry")]
 
     def __str__(self) -> str:
-        return f"{self.reviewer} on {self.item_id} until {self.expires_at:%H:%M:%S}"
+        # In the viewer's time zone (the middleware activates it), as the admin's own columns show times.
+        return f"{self.reviewer} on {self.item_id} until {timezone.localtime(self.expires_at):%H:%M:%S %Z}"
 
     @property
     def active(self) -> bool:

@@ -243,3 +243,17 @@ def test_api_tokens_are_issued_by_the_command_and_revoked_in_the_django_admin(ad
 
     assert "Revoked 1 token: requests with it now get 401." in page.content.decode()
     assert Client().get(reverse("api:projects"), HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 401
+
+
+def test_a_claim_is_named_in_the_viewers_time_zone(project, reviewer) -> None:
+    """It showed UTC with no zone beside the admin's own columns in the viewer's zone."""
+    from datetime import UTC, datetime
+
+    from django.utils import timezone
+
+    from annotate.models import Claim
+
+    item = make_ready_items(project, [0.5])[0]
+    claim = Claim(item=item, reviewer=reviewer, expires_at=datetime(2026, 12, 5, 20, 16, 28, tzinfo=UTC))
+    with timezone.override("Asia/Tokyo"):
+        assert str(claim) == f"{reviewer} on {item.pk} until 05:16:28 JST"
