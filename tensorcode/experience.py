@@ -48,20 +48,25 @@ def load_experience(
     Raise the limits for files you trust. Raises ``ExperienceError`` (a ``ValueError``) naming the problem for
     any malformed, oversized or incompatible file.
     """
-    return load_digested(path, operations=operations, codecs=codecs, max_bytes=max_bytes,
-                         max_structure_bytes=max_structure_bytes, max_containers=max_containers)[0]
+    return _read_and_load(path, operations, codecs, max_bytes, max_structure_bytes, max_containers)[0]
 
 
 def load_digested(path, *, operations: Mapping, codecs=None, max_bytes: int = MAX_BYTES,
                   max_structure_bytes: int = MAX_STRUCTURE_BYTES, max_containers: int | None = None):
     """``load_experience`` and the SHA-256 of the bytes it read, from one read of a file checked first (a run's
     resume compares the digest: reading the file again for it could read a pipe or an oversized file)."""
+    return _read_and_load(path, operations, codecs, max_bytes, max_structure_bytes, max_containers, digest=True)
+
+
+def _read_and_load(path, operations: Mapping, codecs, max_bytes: int, max_structure: int,
+                   max_containers: int | None, *, digest: bool = False) -> tuple:
+    """The loaded experience and, when asked (hashing a 256 MiB file takes half a second), its bytes' SHA-256."""
     if not isinstance(operations, Mapping):
         raise TypeError("operations must be a mapping of binding name to operation")
     try:
         raw = read_regular(path, max_bytes=max_bytes, error=ExperienceError, what="experience file")
-        digest = hashlib.sha256(raw).digest()
-        return _load(raw, path, operations, codecs, max_structure_bytes, max_containers), digest
+        sha256 = hashlib.sha256(raw).digest() if digest else None
+        return _load(raw, path, operations, codecs, max_structure, max_containers), sha256
     except MemoryError as exc:
         raise ExperienceError(f"{path}: not enough memory to load this experience file") from exc
     except RecursionError as exc:

@@ -54,7 +54,7 @@ from .._checkpoint_state import (
     read_json,
     state_bytes,
 )
-from .._files import open_regular
+from .._files import open_regular, read_regular
 from ..errors import CheckpointError
 
 FORMAT = "tensorcode-training-checkpoint"
@@ -143,6 +143,17 @@ def _saving(directory: Path, name: str):
         _record(handle, name)
         yield
         _record(handle, "")
+
+
+def pending_generation(directory: Path) -> str:
+    """The tensors file the lock file names: a save is writing it, or was killed before ``training.json`` named
+    it (the next save removes it); ``""`` when none is named or the lock file cannot be read."""
+    try:
+        name = read_regular(directory / LOCK, max_bytes=128, error=OSError, what="lock", follow=False)
+    except OSError:
+        return ""
+    name = name.decode("ascii", "replace")
+    return name if _TENSORS.fullmatch(name) else ""
 
 
 def _record(handle, name: str) -> None:

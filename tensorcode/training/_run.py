@@ -25,11 +25,10 @@ from typing import Any
 import torch
 
 from .._checkpoint_state import check_operations, read_json
-from .._files import read_regular
 from .._trace import Trace
 from ..errors import CheckpointError
 from ..experience import load_digested
-from ._checkpoint import LOCK, MANIFEST
+from ._checkpoint import MANIFEST, pending_generation
 from ._trainer import Trainer
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
@@ -237,11 +236,7 @@ def _refuse_orphans(directory: Path) -> None:
     started afresh: the fresh run's saves would delete those tensors, the only copy of the earlier run's work.
     A generation a killed save published before writing its first ``training.json`` is named in the lock file
     and is the save's to remove."""
-    try:
-        pending = read_regular(directory / LOCK, max_bytes=128, error=OSError, what="lock", follow=False)
-        pending = pending.decode("ascii", "replace")
-    except OSError:
-        pending = ""
+    pending = pending_generation(directory)
     found = sorted(p.name for p in directory.glob("tensors-*.safetensors") if p.name != pending)
     if found:
         raise RunError(
